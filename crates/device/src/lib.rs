@@ -1,0 +1,5 @@
+//! The WireGuard device.
+
+#![forbid(unsafe_code)]
+
+pub mod allowedips;
