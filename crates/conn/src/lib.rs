@@ -14,9 +14,13 @@
 mod endpoint;
 mod error;
 pub mod memory;
+#[cfg(target_os = "linux")]
+mod linux;
 
 pub use endpoint::{Endpoint, StickySource};
 pub use error::{err_closed, is_err_closed, ErrUdpGsoDisabled};
+#[cfg(target_os = "linux")]
+pub use linux::{BindStats, StdNetBind};
 
 use std::io;
 use std::sync::Arc;

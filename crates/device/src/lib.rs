@@ -1,5 +1,29 @@
-//! The WireGuard device.
+//! The WireGuard device: peers, the parallel order-preserving crypto pipeline, timers,
+//! allowed-IPs routing and the UAPI configuration protocol.
+//!
+//! The API follows wireguard-go's `device` package: [`Device::new`] on a TUN and a bind,
+//! [`Device::ipc_set`] / [`Device::ipc_get`], [`Device::up`] / [`Device::down`] /
+//! [`Device::close`], [`Device::bind_update`]. See `docs/pipeline.md` for how packets move.
 
 #![forbid(unsafe_code)]
 
 pub mod allowedips;
+mod batch;
+pub mod clock;
+mod device;
+mod handshake;
+mod index;
+mod keypair;
+mod peer;
+pub mod pool;
+mod receive;
+mod send;
+mod stats;
+mod timers;
+pub mod uapi;
+
+pub use device::{Device, DeviceInner, Logger, Options, DEFAULT_RECEIVE_POOL_BYTES, DEFAULT_SEND_POOL_BYTES};
+pub(crate) use device::Job;
+pub use peer::Peer;
+pub use stats::Stats;
+pub use uapi::IpcError;

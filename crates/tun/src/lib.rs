@@ -7,7 +7,13 @@
 
 #![warn(missing_docs)]
 
+#[cfg(target_os = "linux")]
+mod linux;
 pub mod memory;
+pub mod offload;
+
+#[cfg(target_os = "linux")]
+pub use linux::{LinuxTun, TunStats};
 
 use std::io;
 

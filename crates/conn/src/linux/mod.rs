@@ -1,0 +1,281 @@
+//! `StdNetBind` for Linux: one UDP socket per address family on one port, batched with
+//! `recvmmsg`/`sendmmsg`, UDP GSO on send and GRO on receive when the kernel offers them,
+//! and sticky source addresses through packet-info control messages (reference-behaviour
+//! §3.2). The raw system calls live in `vpn-sys`; this module holds the policy.
+//!
+//! Closing wakes blocked readers with `shutdown(2)` (see `docs/design-notes.md`, "Waking
+//! blocked socket readers"): a reader holds a read lock on its socket while in `recvmmsg`,
+//! `close` marks the family closed, shuts the socket down (which ends a blocked or later
+//! `recvmmsg` at once) and then takes the write lock to drop the socket, so the descriptor is
+//! closed, and the port free, when `close` returns, and no reader can ever use a reused
+//! descriptor number.
+
+mod listen;
+mod recv;
+mod send;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+pub use stats::BindStats;
+
+use std::io;
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use socket2::Socket;
+use vpn_sys::cmsg::PktInfo;
+use vpn_sys::mmsg::{MsgPlan, SendBatch};
+
+use crate::{err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, IDEAL_BATCH_SIZE};
+use recv::Reader;
+use send::{send_all, Sent, MAX_V4_PAYLOAD, MAX_V6_PAYLOAD};
+use stats::Stats;
+
+/// One address family's socket, shared by the bind and that family's reader.
+struct Family {
+    /// `None` once closed. Readers and senders hold the read lock during their syscall.
+    sock: RwLock<Option<Socket>>,
+    closed: AtomicBool,
+    v6: bool,
+    /// UDP GSO usable; cleared for good on EIO.
+    gso: AtomicBool,
+    /// UDP GRO confirmed on the socket.
+    gro: bool,
+}
+
+impl Family {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Wakes and stops the reader, then closes the descriptor.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        if let Some(s) = self.sock.read().as_ref() {
+            // ENOTCONN on an unconnected UDP socket is expected: the kernel still marks it
+            // shut down and wakes every waiter.
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        drop(self.sock.write().take());
+    }
+}
+
+#[derive(Default)]
+struct State {
+    open: bool,
+    v4: Option<Arc<Family>>,
+    v6: Option<Arc<Family>>,
+}
+
+/// Per-send arrays, pooled so concurrent senders neither allocate nor serialise.
+struct SendScratch {
+    batch: SendBatch,
+    plans: Vec<MsgPlan>,
+}
+
+/// The Linux batched UDP bind (`conn.StdNetBind`).
+pub struct StdNetBind {
+    state: RwLock<State>,
+    mark: AtomicU32,
+    offload: bool,
+    stats: Arc<Stats>,
+    send_pool: Mutex<Vec<Box<SendScratch>>>,
+}
+
+impl Default for StdNetBind {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StdNetBind {
+    /// A closed bind that uses UDP GSO/GRO where the kernel supports them.
+    pub fn new() -> Self {
+        Self::with_offload(true)
+    }
+
+    /// A closed bind; `offload` false keeps UDP GSO and GRO off (for comparison and for
+    /// paths known to mishandle them).
+    pub fn with_offload(offload: bool) -> Self {
+        StdNetBind {
+            state: RwLock::new(State::default()),
+            mark: AtomicU32::new(0),
+            offload,
+            stats: Arc::default(),
+            send_pool: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The counters since creation.
+    pub fn stats(&self) -> BindStats {
+        self.stats.snapshot()
+    }
+
+    /// Whether UDP GSO (send) and GRO (receive) are in use on the IPv4 and IPv6 sockets, as
+    /// `[(gso, gro) for v4, for v6]`; `None` for a family that is not open.
+    pub fn offloads(&self) -> [Option<(bool, bool)>; 2] {
+        let st = self.state.read();
+        let f = |fam: &Option<Arc<Family>>| {
+            fam.as_ref().map(|f| (f.gso.load(Ordering::Relaxed), f.gro))
+        };
+        [f(&st.v4), f(&st.v6)]
+    }
+
+    #[cfg(test)]
+    fn with_socket<R>(&self, v6: bool, f: impl FnOnce(&Socket) -> R) -> Option<R> {
+        let st = self.state.read();
+        let fam = if v6 { st.v6.as_ref() } else { st.v4.as_ref() }?;
+        let guard = fam.sock.read();
+        guard.as_ref().map(f)
+    }
+}
+
+/// A v4-mapped IPv6 destination goes out of the IPv4 socket (the v6 one is v6-only).
+fn canonical(dst: SocketAddr) -> SocketAddr {
+    match dst {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => dst,
+        },
+        v4 => v4,
+    }
+}
+
+impl Bind for StdNetBind {
+    fn open(&self, port: u16) -> io::Result<(Vec<ReceiveFunc>, u16)> {
+        let mut st = self.state.write();
+        if st.open {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "bind already open",
+            ));
+        }
+        let (v4, v6, port) =
+            listen::listen_pair(port, self.mark.load(Ordering::Relaxed), self.offload)?;
+        let family = |l: listen::Listener, v6: bool| {
+            Arc::new(Family {
+                sock: RwLock::new(Some(l.sock)),
+                closed: AtomicBool::new(false),
+                v6,
+                gso: AtomicBool::new(l.gso),
+                gro: l.gro,
+            })
+        };
+        st.v4 = v4.map(|l| family(l, false));
+        st.v6 = v6.map(|l| family(l, true));
+        st.open = true;
+        let mut fns: Vec<ReceiveFunc> = Vec::with_capacity(2);
+        for fam in [&st.v4, &st.v6].into_iter().flatten() {
+            let mut reader = Reader::new(fam.clone(), self.stats.clone());
+            fns.push(Box::new(move |bufs, sizes, eps| {
+                reader.read(bufs, sizes, eps)
+            }));
+        }
+        Ok((fns, port))
+    }
+
+    fn close(&self) -> io::Result<()> {
+        // Held throughout so a following `open` finds the port free.
+        let mut st = self.state.write();
+        st.open = false;
+        for fam in [st.v4.take(), st.v6.take()].into_iter().flatten() {
+            fam.close();
+        }
+        Ok(())
+    }
+
+    fn set_mark(&self, mark: u32) -> io::Result<()> {
+        let st = self.state.read();
+        for fam in [&st.v4, &st.v6].into_iter().flatten() {
+            if let Some(s) = fam.sock.read().as_ref() {
+                s.set_mark(mark)?;
+            }
+        }
+        self.mark.store(mark, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn send(&self, bufs: &[&[u8]], ep: &Endpoint) -> io::Result<()> {
+        if bufs.is_empty() {
+            return Ok(());
+        }
+        let dst = canonical(ep.dst);
+        let fam = {
+            let st = self.state.read();
+            if !st.open {
+                return Err(err_closed());
+            }
+            let fam = if dst.is_ipv6() { &st.v6 } else { &st.v4 };
+            fam.clone()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?
+        };
+        let src = ep
+            .src
+            .filter(|s| s.ip.is_ipv6() == dst.is_ipv6())
+            .map(|s| PktInfo {
+                addr: s.ip,
+                ifindex: s.ifindex,
+            });
+        let max_total = if fam.v6 {
+            MAX_V6_PAYLOAD
+        } else {
+            MAX_V4_PAYLOAD
+        };
+        let mut scratch = self.send_pool.lock().pop().unwrap_or_else(|| {
+            Box::new(SendScratch {
+                batch: SendBatch::new(IDEAL_BATCH_SIZE),
+                plans: Vec::with_capacity(IDEAL_BATCH_SIZE),
+            })
+        });
+        let mut sent = Sent::default();
+        let result = {
+            let guard = fam.sock.read();
+            match guard.as_ref() {
+                None => Err(err_closed()),
+                Some(sock) => {
+                    let SendScratch { batch, plans } = &mut *scratch;
+                    let mut result = Ok(());
+                    for chunk in bufs.chunks(IDEAL_BATCH_SIZE) {
+                        let r = send_all(
+                            chunk,
+                            src,
+                            max_total,
+                            &fam.gso,
+                            plans,
+                            &mut sent,
+                            |s, b, p| batch.send(sock.as_fd(), &dst, s, b, p),
+                        );
+                        match r {
+                            Ok(()) => {}
+                            // GSO went away but the resend worked: report it after the rest.
+                            Err(e)
+                                if matches!(ErrUdpGsoDisabled::retry_outcome(&e), Some(None)) =>
+                            {
+                                result = Err(e)
+                            }
+                            Err(e) => {
+                                result = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    result
+                }
+            }
+        };
+        self.send_pool.lock().push(scratch);
+        self.stats.send(sent.datagrams, sent.gso_messages);
+        if fam.is_closed() && result.is_err() {
+            return Err(err_closed());
+        }
+        result
+    }
+
+    fn batch_size(&self) -> usize {
+        IDEAL_BATCH_SIZE
+    }
+}

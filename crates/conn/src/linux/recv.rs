@@ -1,0 +1,365 @@
+//! The receive side: one [`Reader`] per socket, behind the `ReceiveFunc` that `open` returns.
+//!
+//! Without UDP GRO the kernel writes datagrams straight into the caller's buffers. With GRO a
+//! single read may return a super-datagram of up to 64 KiB made of equal-size segments (the
+//! last may be shorter), so reads go into a private scratch area of [`GRO_MSGS`] × 64 KiB and
+//! the segments are copied out, in order, one per caller buffer. Upstream copies the same way
+//! (out of the last caller slots); the scratch area additionally works with caller buffers of
+//! any size, and segments that do not fit the remaining caller buffers stay queued for the next
+//! call instead of being dropped. Only a datagram (or segment) larger than the caller's buffer
+//! is dropped and counted.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use vpn_sys::mmsg::{RecvBatch, RecvMeta};
+
+use super::stats::Stats;
+use super::Family;
+use crate::{err_closed, Endpoint, StickySource, IDEAL_BATCH_SIZE};
+
+/// The largest UDP datagram (and GRO super-datagram) the kernel hands up.
+const MAX_DATAGRAM: usize = 65_535;
+/// Socket reads per call with GRO on: as upstream, one per 64 caller buffers, at least one.
+const GRO_MSGS: usize = 2;
+
+fn endpoint(m: &RecvMeta) -> Option<Endpoint> {
+    Some(Endpoint {
+        dst: m.addr?,
+        src: m.pktinfo.map(|p| StickySource {
+            ip: p.addr,
+            ifindex: p.ifindex,
+        }),
+    })
+}
+
+/// Received datagrams not yet handed to the caller: `scratch[off..end]` in segments of `seg`.
+#[derive(Clone, Copy, Default)]
+struct Pending {
+    off: usize,
+    end: usize,
+    seg: usize,
+    ep: Endpoint,
+}
+
+/// Scratch area and queue for GRO reads.
+struct Gro {
+    scratch: Vec<u8>,
+    pending: [Pending; GRO_MSGS],
+    head: usize,
+    tail: usize,
+}
+
+/// What one pass over freshly read or queued datagrams produced.
+#[derive(Default)]
+struct Split {
+    filled: usize,
+    gro: usize,
+    dropped: usize,
+}
+
+impl Gro {
+    fn new() -> Self {
+        Gro {
+            scratch: vec![0; GRO_MSGS * MAX_DATAGRAM],
+            pending: [Pending::default(); GRO_MSGS],
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    fn has_pending(&self) -> bool {
+        self.head < self.tail
+    }
+
+    /// Reads up to `msgs` datagrams into the scratch regions. Must not be called with
+    /// datagrams still pending (they live in those regions).
+    fn read(
+        &mut self,
+        batch: &mut RecvBatch,
+        fd: std::os::fd::BorrowedFd<'_>,
+        msgs: usize,
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        let (a, b) = self.scratch.split_at_mut(MAX_DATAGRAM);
+        let mut regions: [&mut [u8]; GRO_MSGS] = [a, b];
+        let msgs = msgs.clamp(1, GRO_MSGS);
+        batch.recv(fd, &mut regions[..msgs], meta)
+    }
+
+    /// Queues what a read returned: region `i` holds `meta[i]`.
+    fn load(&mut self, meta: &[RecvMeta], split: &mut Split) {
+        self.head = 0;
+        self.tail = 0;
+        for (i, m) in meta.iter().take(GRO_MSGS).enumerate() {
+            if m.truncated {
+                split.dropped += 1;
+                continue;
+            }
+            let Some(ep) = endpoint(m) else { continue };
+            if m.len == 0 {
+                continue;
+            }
+            let gro = usize::from(m.gro_size);
+            if gro > 0 && m.len > gro {
+                split.gro += 1;
+            }
+            let off = i * MAX_DATAGRAM;
+            self.pending[self.tail] = Pending {
+                off,
+                end: off + m.len,
+                seg: if gro > 0 { gro } else { m.len },
+                ep,
+            };
+            self.tail += 1;
+        }
+    }
+
+    /// Copies queued segments into the caller's buffers, in order, until either runs out.
+    fn drain(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+        split: &mut Split,
+    ) {
+        let Gro {
+            scratch,
+            pending,
+            head,
+            tail,
+        } = self;
+        let mut out = 0usize;
+        while *head < *tail {
+            let p = &mut pending[*head];
+            while p.off < p.end {
+                let (Some(dst), Some(size), Some(ep)) =
+                    (bufs.get_mut(out), sizes.get_mut(out), eps.get_mut(out))
+                else {
+                    split.filled += out;
+                    return; // out of caller buffers: the rest stays queued
+                };
+                let seg_end = p.off.saturating_add(p.seg).min(p.end);
+                let src = scratch.get(p.off..seg_end).unwrap_or_default();
+                p.off = seg_end;
+                match dst.get_mut(..src.len()) {
+                    Some(d) if !src.is_empty() => {
+                        d.copy_from_slice(src);
+                        *size = src.len();
+                        *ep = p.ep;
+                        out += 1;
+                    }
+                    _ => split.dropped += 1,
+                }
+            }
+            *head += 1;
+        }
+        *head = 0;
+        *tail = 0;
+        split.filled += out;
+    }
+}
+
+/// The state behind one socket's receive function.
+pub(super) struct Reader {
+    fam: Arc<Family>,
+    stats: Arc<Stats>,
+    batch: RecvBatch,
+    meta: Vec<RecvMeta>,
+    gro: Option<Gro>,
+}
+
+impl Reader {
+    pub(super) fn new(fam: Arc<Family>, stats: Arc<Stats>) -> Self {
+        let gro = fam.gro.then(Gro::new);
+        Reader {
+            fam,
+            stats,
+            batch: RecvBatch::new(IDEAL_BATCH_SIZE),
+            meta: vec![RecvMeta::default(); IDEAL_BATCH_SIZE],
+            gro,
+        }
+    }
+
+    /// The `ReceiveFunc` body.
+    pub(super) fn read(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+    ) -> io::Result<usize> {
+        let n = bufs
+            .len()
+            .min(sizes.len())
+            .min(eps.len())
+            .min(self.batch.capacity());
+        if n == 0 {
+            return Ok(0);
+        }
+        let (bufs, sizes, eps) = (&mut bufs[..n], &mut sizes[..n], &mut eps[..n]);
+        loop {
+            if self.fam.is_closed() {
+                return Err(err_closed());
+            }
+            if let Some(gro) = self.gro.as_mut().filter(|g| g.has_pending()) {
+                let mut split = Split::default();
+                gro.drain(bufs, sizes, eps, &mut split);
+                self.stats.delivered(split.filled, split.dropped);
+                if split.filled > 0 {
+                    return Ok(split.filled);
+                }
+                continue;
+            }
+            let guard = self.fam.sock.read();
+            let Some(sock) = guard.as_ref() else {
+                return Err(err_closed());
+            };
+            let res = match self.gro.as_mut() {
+                Some(gro) => gro.read(&mut self.batch, sock.as_fd(), n / 64, &mut self.meta),
+                None => self.batch.recv(sock.as_fd(), bufs, &mut self.meta),
+            };
+            drop(guard);
+            let got = match res {
+                _ if self.fam.is_closed() => return Err(err_closed()),
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let meta = &self.meta[..got.min(self.meta.len())];
+            match self.gro.as_mut() {
+                Some(gro) => {
+                    let mut split = Split::default();
+                    gro.load(meta, &mut split);
+                    gro.drain(bufs, sizes, eps, &mut split);
+                    self.stats.recv(split.filled, split.gro, split.dropped);
+                    if split.filled > 0 {
+                        return Ok(split.filled);
+                    }
+                }
+                None => {
+                    let (mut filled, mut dropped) = (0, 0);
+                    for (i, m) in meta.iter().enumerate() {
+                        // A coalesced datagram cannot arrive with GRO off; refuse one anyway
+                        // rather than hand a super-datagram up as one packet.
+                        let coalesced = m.gro_size > 0 && m.len > usize::from(m.gro_size);
+                        match endpoint(m) {
+                            Some(ep) if !m.truncated && !coalesced => {
+                                sizes[i] = m.len;
+                                eps[i] = ep;
+                                filled += 1;
+                            }
+                            _ => {
+                                sizes[i] = 0;
+                                dropped += usize::from(m.truncated || coalesced);
+                            }
+                        }
+                    }
+                    self.stats.recv(filled, 0, dropped);
+                    return Ok(meta.len());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+
+    fn meta(len: usize, gro: u16, from: &str) -> RecvMeta {
+        RecvMeta {
+            len,
+            truncated: false,
+            addr: Some(from.parse::<SocketAddr>().unwrap()),
+            pktinfo: None,
+            gro_size: gro,
+        }
+    }
+
+    /// Loads two reads into a Gro and drains them through caller buffers of `buf_len`,
+    /// `per_call` at a time.
+    fn split_all(
+        msgs: &[(Vec<u8>, u16)],
+        buf_len: usize,
+        per_call: usize,
+    ) -> (Vec<Vec<u8>>, Split) {
+        let mut g = Gro::new();
+        let mut metas = Vec::new();
+        for (i, (data, gro)) in msgs.iter().enumerate() {
+            g.scratch[i * MAX_DATAGRAM..i * MAX_DATAGRAM + data.len()].copy_from_slice(data);
+            metas.push(meta(data.len(), *gro, "10.0.0.1:5"));
+        }
+        let mut total = Split::default();
+        g.load(&metas, &mut total);
+        let mut out = Vec::new();
+        let mut storage = vec![vec![0u8; buf_len]; per_call];
+        while g.has_pending() {
+            let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+            let mut sizes = vec![0; per_call];
+            let mut eps = vec![Endpoint::default(); per_call];
+            let mut s = Split::default();
+            g.drain(&mut bufs, &mut sizes, &mut eps, &mut s);
+            for i in 0..s.filled {
+                out.push(bufs[i][..sizes[i]].to_vec());
+                assert_eq!(eps[i].dst.port(), 5);
+            }
+            total.filled += s.filled;
+            total.dropped += s.dropped;
+        }
+        (out, total)
+    }
+
+    fn segments(n: usize, size: usize, tail: usize, tag: u8) -> (Vec<Vec<u8>>, Vec<u8>) {
+        let mut segs: Vec<Vec<u8>> = (0..n)
+            .map(|i| vec![tag.wrapping_add(i as u8); size])
+            .collect();
+        if tail > 0 {
+            segs.push(vec![0xee; tail]);
+        }
+        let joined = segs.concat();
+        (segs, joined)
+    }
+
+    #[test]
+    fn splits_super_datagrams_in_order_with_short_tail() {
+        let (a, ja) = segments(5, 100, 37, 1);
+        let (b, jb) = segments(3, 200, 0, 50);
+        let (out, s) = split_all(&[(ja, 100), (jb, 200)], 1500, 128);
+        assert_eq!(out, [a, b].concat());
+        assert_eq!((s.gro, s.dropped), (2, 0));
+    }
+
+    #[test]
+    fn segments_beyond_the_caller_buffers_wait_for_the_next_call() {
+        let (a, ja) = segments(10, 100, 1, 7);
+        let (out, s) = split_all(&[(ja, 100)], 1500, 3);
+        assert_eq!(out, a);
+        assert_eq!(s.dropped, 0);
+    }
+
+    #[test]
+    fn oversize_segments_are_dropped_not_fatal() {
+        let (_, ja) = segments(3, 1000, 0, 1);
+        let plain = vec![9u8; 50];
+        let (out, s) = split_all(&[(ja, 1000), (plain.clone(), 0)], 500, 4);
+        assert_eq!(out, [plain]);
+        assert_eq!(s.dropped, 3);
+        // A segment size larger than the datagram is one datagram.
+        let (out, _) = split_all(&[(vec![1; 10], 400)], 500, 4);
+        assert_eq!(out, [vec![1; 10]]);
+    }
+
+    #[test]
+    fn truncated_and_empty_reads_are_skipped() {
+        let mut g = Gro::new();
+        let mut m0 = meta(100, 0, "10.0.0.1:5");
+        m0.truncated = true;
+        let m1 = meta(0, 0, "10.0.0.1:5");
+        let mut s = Split::default();
+        g.load(&[m0, m1], &mut s);
+        assert_eq!(s.dropped, 1);
+        assert!(!g.has_pending());
+    }
+}

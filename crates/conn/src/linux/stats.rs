@@ -1,0 +1,75 @@
+//! Counters of a [`StdNetBind`](super::StdNetBind): relaxed atomics bumped once per call (not
+//! per datagram), cheap enough to stay on.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A snapshot of a bind's counters since it was created (they survive close and reopen).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BindStats {
+    /// Calls of the receive functions that read from a socket.
+    pub recv_calls: u64,
+    /// Datagrams handed to the caller (GRO segments counted one by one).
+    pub datagrams_received: u64,
+    /// Received datagrams the kernel had coalesced (UDP GRO) from two or more.
+    pub gro_super_datagrams: u64,
+    /// `send` calls.
+    pub send_calls: u64,
+    /// Datagrams the kernel accepted.
+    pub datagrams_sent: u64,
+    /// Messages sent with UDP GSO (each carrying two or more datagrams).
+    pub gso_messages: u64,
+    /// Datagrams dropped because they did not fit the receive buffer.
+    pub truncated_drops: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Stats {
+    recv_calls: AtomicU64,
+    datagrams_received: AtomicU64,
+    gro_super_datagrams: AtomicU64,
+    send_calls: AtomicU64,
+    datagrams_sent: AtomicU64,
+    gso_messages: AtomicU64,
+    truncated_drops: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: usize) {
+    if n != 0 {
+        c.fetch_add(n as u64, Relaxed);
+    }
+}
+
+impl Stats {
+    /// One socket read that yielded `datagrams` for the caller, `gro` coalesced datagrams and
+    /// `truncated` drops.
+    pub(super) fn recv(&self, datagrams: usize, gro: usize, truncated: usize) {
+        add(&self.recv_calls, 1);
+        add(&self.datagrams_received, datagrams);
+        add(&self.gro_super_datagrams, gro);
+        add(&self.truncated_drops, truncated);
+    }
+
+    /// Datagrams handed over from an earlier read (no socket call), and drops found there.
+    pub(super) fn delivered(&self, datagrams: usize, truncated: usize) {
+        add(&self.datagrams_received, datagrams);
+        add(&self.truncated_drops, truncated);
+    }
+
+    pub(super) fn send(&self, datagrams: usize, gso_messages: usize) {
+        add(&self.send_calls, 1);
+        add(&self.datagrams_sent, datagrams);
+        add(&self.gso_messages, gso_messages);
+    }
+
+    pub(super) fn snapshot(&self) -> BindStats {
+        BindStats {
+            recv_calls: self.recv_calls.load(Relaxed),
+            datagrams_received: self.datagrams_received.load(Relaxed),
+            gro_super_datagrams: self.gro_super_datagrams.load(Relaxed),
+            send_calls: self.send_calls.load(Relaxed),
+            datagrams_sent: self.datagrams_sent.load(Relaxed),
+            gso_messages: self.gso_messages.load(Relaxed),
+            truncated_drops: self.truncated_drops.load(Relaxed),
+        }
+    }
+}

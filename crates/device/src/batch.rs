@@ -1,0 +1,167 @@
+//! Batches and the order-preserving two-queue scheme.
+//!
+//! A batch of packets for one peer (a *container*) is placed in two queues at once: the shared
+//! crypto queue, where any worker seals or opens every packet of it, and the peer's [`Ordered`]
+//! queue. The worker marks the container done and then *drains* the peer's queue: it sends (or
+//! writes) every container at the head that is done, in queue order. At most one thread drains a
+//! peer at a time, so per-peer order is queue order whichever worker finished first — without a
+//! thread per peer and without a wake-up hop between the worker and a sequential sender.
+
+use crate::pool::BufferPool;
+use crate::Peer;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use vpn_conn::Endpoint;
+
+/// One packet in a pooled buffer.
+pub(crate) struct Elem {
+    pub buf: Box<[u8]>,
+    /// Outbound: plaintext length (at `HEADROOM`), then the message length (at 0) once sealed.
+    /// Inbound: message length (at 0), then the plaintext length (at `HEADROOM`) once opened.
+    pub len: usize,
+    /// Transport counter (nonce).
+    pub counter: u64,
+    /// Inbound: where it came from.
+    pub ep: Endpoint,
+    /// Inbound: which of the container's keypairs it was sealed with.
+    pub kp: u8,
+    /// Crypto succeeded.
+    pub ok: bool,
+}
+
+impl Elem {
+    pub fn new(buf: Box<[u8]>, len: usize) -> Elem {
+        Elem {
+            buf,
+            len,
+            counter: 0,
+            ep: Endpoint::default(),
+            kp: 0,
+            ok: false,
+        }
+    }
+}
+
+/// A list of packets whose buffers go back to their pool when it is dropped, whatever path
+/// dropped it (sent, staged and evicted, peer stopped, device closed).
+pub(crate) struct Elems {
+    pool: Arc<BufferPool>,
+    pub v: Vec<Elem>,
+}
+
+impl Elems {
+    pub fn new(pool: &Arc<BufferPool>, cap: usize) -> Elems {
+        Elems {
+            pool: pool.clone(),
+            v: Vec::with_capacity(cap),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.v.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.v.is_empty()
+    }
+}
+
+impl Drop for Elems {
+    fn drop(&mut self) {
+        for e in self.v.drain(..) {
+            self.pool.put(e.buf);
+        }
+    }
+}
+
+/// A batch for one peer in flight through the crypto workers.
+pub(crate) struct Container<K> {
+    pub peer: Arc<Peer>,
+    /// Outbound: the one keypair the batch is sealed with. Inbound: every keypair an element
+    /// refers to (`Elem::kp` indexes this).
+    pub keypairs: Vec<K>,
+    pub elems: Mutex<Elems>,
+    done: AtomicBool,
+}
+
+impl<K> Container<K> {
+    pub fn new(peer: Arc<Peer>, keypairs: Vec<K>, elems: Elems) -> Container<K> {
+        Container {
+            peer,
+            keypairs,
+            elems: Mutex::new(elems),
+            done: AtomicBool::new(false),
+        }
+    }
+
+    pub fn set_done(&self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::SeqCst)
+    }
+}
+
+/// A peer's ordered queue of containers (see the module docs).
+pub(crate) struct Ordered<K> {
+    q: Mutex<VecDeque<Arc<Container<K>>>>,
+    draining: AtomicBool,
+}
+
+impl<K> Default for Ordered<K> {
+    fn default() -> Self {
+        Ordered {
+            q: Mutex::new(VecDeque::new()),
+            draining: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<K> Ordered<K> {
+    pub fn push(&self, c: Arc<Container<K>>) {
+        self.q.lock().push_back(c);
+    }
+
+    /// Hands every done container at the head to `f`, in order, unless another thread is
+    /// already draining (it will pick ours up: see the re-check below).
+    pub fn drain(&self, mut f: impl FnMut(Arc<Container<K>>)) {
+        loop {
+            if self.draining.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            while let Some(c) = self.pop_done() {
+                f(c);
+            }
+            self.draining.store(false, Ordering::SeqCst);
+            // A worker may have finished the head after our last look but seen us draining and
+            // left; if so the work is ours again. (Both sides use SeqCst: one of them sees the
+            // other.)
+            if !self.head_done() {
+                return;
+            }
+        }
+    }
+
+    fn pop_done(&self) -> Option<Arc<Container<K>>> {
+        let mut q = self.q.lock();
+        if q.front().is_some_and(|c| c.is_done()) {
+            q.pop_front()
+        } else {
+            None
+        }
+    }
+
+    fn head_done(&self) -> bool {
+        self.q.lock().front().is_some_and(|c| c.is_done())
+    }
+
+    /// Drops everything queued (the peer stopped). Containers still inside a worker are dropped
+    /// by it.
+    pub fn clear(&self) {
+        let old: Vec<_> = self.q.lock().drain(..).collect();
+        drop(old);
+    }
+}

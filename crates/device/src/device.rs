@@ -1,0 +1,713 @@
+//! The device: lifecycle, configuration state and the threads that run the pipeline.
+
+use crate::allowedips::AllowedIps;
+use crate::batch::Container;
+use crate::clock::{Clock, MonotonicClock};
+use crate::index::IndexTable;
+use crate::keypair::DevKeypair;
+use crate::peer::{Peer, PeerRef};
+use crate::pool::BufferPool;
+use crate::stats::{DeviceStats, Stats};
+use crate::timers::TimerWheel;
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use vpn_conn::{Bind, Endpoint, ReceiveFunc, ReceiveFuncStarter};
+use vpn_proto::consts::{DEFAULT_MTU, MAX_CONTENT_SIZE, QUEUE_HANDSHAKE_SIZE};
+use vpn_proto::cookie::CookieChecker;
+use vpn_proto::keys::{PrivateKey, PublicKey};
+use vpn_proto::noise::StaticIdentity;
+use vpn_proto::ratelimiter::RateLimiter;
+use vpn_proto::time::Instant;
+use vpn_tun::Device as Tun;
+
+/// Default cap on receive buffers, in bytes (readers wait while every buffer is in flight).
+pub const DEFAULT_RECEIVE_POOL_BYTES: usize = 32 << 20;
+/// Default cap on transmit buffers, in bytes.
+pub const DEFAULT_SEND_POOL_BYTES: usize = 32 << 20;
+
+/// Construction options. `Options::default()` is what `Device::new` uses.
+#[derive(Clone)]
+pub struct Options {
+    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production.
+    pub clock: Arc<dyn Clock>,
+    /// Crypto worker threads (0: one per available core).
+    pub workers: usize,
+    /// Cap on receive buffers in bytes (embedders with a memory ceiling lower it).
+    pub receive_pool_bytes: usize,
+    /// Cap on transmit buffers in bytes.
+    pub send_pool_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            clock: Arc::new(MonotonicClock::default()),
+            workers: 0,
+            receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
+            send_pool_bytes: DEFAULT_SEND_POOL_BYTES,
+        }
+    }
+}
+
+/// Where log lines go: the `tracing` facade, tagged with a name (wireguard-go's `Logger`).
+#[derive(Clone, Debug)]
+pub struct Logger {
+    /// Prefix of every log line (usually the interface name).
+    pub name: String,
+}
+
+impl Logger {
+    /// A logger tagging lines with `name`.
+    pub fn new(name: impl Into<String>) -> Logger {
+        Logger { name: name.into() }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum State {
+    Down = 0,
+    Up = 1,
+    Closed = 2,
+}
+
+pub(crate) enum Job {
+    Encrypt(Arc<Container<Arc<DevKeypair>>>),
+    Decrypt(Arc<Container<Arc<DevKeypair>>>),
+    Stop,
+}
+
+pub(crate) struct HandshakeJob {
+    pub buf: Box<[u8]>,
+    pub len: usize,
+    pub ep: Endpoint,
+}
+
+pub(crate) struct NetState {
+    pub port: u16,
+    pub fwmark: u32,
+    pub open: bool,
+}
+
+/// Identity-dependent state, replaced together when the private key changes.
+pub(crate) struct IdentityState {
+    pub identity: Option<StaticIdentity>,
+    pub cookie_checker: Option<CookieChecker>,
+}
+
+pub(crate) struct Peers {
+    pub by_key: HashMap<PublicKey, Arc<Peer>>,
+    /// Creation order, for stable UAPI output.
+    pub order: Vec<PublicKey>,
+}
+
+/// Everything the device's threads share.
+pub struct DeviceInner {
+    pub(crate) name: String,
+    pub(crate) tun: Arc<dyn Tun>,
+    pub(crate) bind: Arc<dyn Bind>,
+    pub(crate) clock: Arc<dyn Clock>,
+    state: AtomicU8,
+    state_lock: Mutex<()>,
+    pub(crate) ipc_lock: Mutex<()>,
+    pub(crate) net: Mutex<NetState>,
+    /// Serialises closing and opening the bind (wireguard-go's `net` lock).
+    bind_lock: Mutex<()>,
+    pub(crate) identity: RwLock<IdentityState>,
+    pub(crate) peers: RwLock<Peers>,
+    pub(crate) allowed_ips: RwLock<AllowedIps<PeerRef>>,
+    pub(crate) index: IndexTable,
+    crypto_tx: Sender<Job>,
+    crypto_rx: Receiver<Job>,
+    pub(crate) handshake_tx: Sender<Option<HandshakeJob>>,
+    pub(crate) handshake_rx: Receiver<Option<HandshakeJob>>,
+    pub(crate) out_pool: Arc<BufferPool>,
+    pub(crate) in_pool: Arc<BufferPool>,
+    pub(crate) mtu: AtomicUsize,
+    pub(crate) batch_size: usize,
+    pub(crate) rate_limiter: Mutex<RateLimiter>,
+    pub(crate) under_load_until: AtomicU64,
+    pub(crate) timers: Arc<TimerWheel>,
+    pub(crate) stats: DeviceStats,
+    pub(crate) broken_roaming: AtomicBool,
+    workers: usize,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Receive threads of the current bind generation.
+    readers: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether the starter accepts new receive functions (false while the bind closes).
+    accepting_readers: AtomicBool,
+    pub(crate) readers_started: AtomicUsize,
+    closed: (Mutex<bool>, Condvar),
+}
+
+/// A WireGuard device (`device.Device`): a TUN, a bind, and the peers between them.
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+impl Device {
+    /// A device on `tun` and `bind`, down, with no configuration. Starts the worker threads.
+    pub fn new(tun: Arc<dyn Tun>, bind: Arc<dyn Bind>, logger: Logger) -> Device {
+        Self::with_options(tun, bind, logger, Options::default())
+    }
+
+    /// [`new`](Self::new) with options.
+    pub fn with_options(tun: Arc<dyn Tun>, bind: Arc<dyn Bind>, logger: Logger, opts: Options) -> Device {
+        let workers = if opts.workers == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            opts.workers
+        };
+        let batch_size = tun.batch_size().max(bind.batch_size()).max(1);
+        let (crypto_tx, crypto_rx) = unbounded();
+        let (handshake_tx, handshake_rx) = bounded(QUEUE_HANDSHAKE_SIZE);
+        let mtu = tun.mtu().map(|m| m as usize).unwrap_or(DEFAULT_MTU).min(MAX_CONTENT_SIZE);
+        let clock = opts.clock.clone();
+        let inner = Arc::new(DeviceInner {
+            name: logger.name.clone(),
+            tun,
+            bind,
+            timers: TimerWheel::new(clock.clone()),
+            clock,
+            state: AtomicU8::new(State::Down as u8),
+            state_lock: Mutex::new(()),
+            ipc_lock: Mutex::new(()),
+            bind_lock: Mutex::new(()),
+            net: Mutex::new(NetState {
+                port: 0,
+                fwmark: 0,
+                open: false,
+            }),
+            identity: RwLock::new(IdentityState {
+                identity: None,
+                cookie_checker: None,
+            }),
+            peers: RwLock::new(Peers {
+                by_key: HashMap::new(),
+                order: Vec::new(),
+            }),
+            allowed_ips: RwLock::new(AllowedIps::new()),
+            index: IndexTable::default(),
+            crypto_tx,
+            crypto_rx,
+            handshake_tx,
+            handshake_rx,
+            // Every reader keeps a full batch of buffers in hand: the caps never go below a few
+            // batches, or readers could wait on each other forever.
+            out_pool: BufferPool::with_byte_cap(opts.send_pool_bytes, 4 * batch_size),
+            in_pool: BufferPool::with_byte_cap(opts.receive_pool_bytes, 4 * batch_size),
+            mtu: AtomicUsize::new(mtu),
+            batch_size,
+            rate_limiter: Mutex::new(RateLimiter::new()),
+            under_load_until: AtomicU64::new(0),
+            stats: DeviceStats::default(),
+            broken_roaming: AtomicBool::new(false),
+            workers,
+            threads: Mutex::new(Vec::new()),
+            readers: Mutex::new(Vec::new()),
+            accepting_readers: AtomicBool::new(false),
+            readers_started: AtomicUsize::new(0),
+            closed: (Mutex::new(false), Condvar::new()),
+        });
+        inner.start_threads();
+        Device { inner }
+    }
+
+    /// Brings the device up: opens the bind, starts the peers, sends keepalives to peers with
+    /// persistent keepalive. On failure the device stays down.
+    pub fn up(&self) -> io::Result<()> {
+        self.inner.up()
+    }
+
+    /// Takes the device down: closes the bind and stops the peers. Configuration is kept.
+    pub fn down(&self) -> io::Result<()> {
+        self.inner.down()
+    }
+
+    /// Closes the device for good: every thread is joined before this returns.
+    pub fn close(&self) {
+        self.inner.close()
+    }
+
+    /// Blocks until the device is closed.
+    pub fn wait(&self) {
+        let (m, c) = &self.inner.closed;
+        let mut closed = m.lock();
+        while !*closed {
+            c.wait(&mut closed);
+        }
+    }
+
+    /// Whether [`close`](Self::close) has run (or the TUN failed and closed the device).
+    pub fn is_closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Whether the device is up.
+    pub fn is_up(&self) -> bool {
+        self.inner.is_up()
+    }
+
+    /// Re-opens the bind (after a port or network change).
+    pub fn bind_update(&self) -> io::Result<()> {
+        self.inner.bind_update()
+    }
+
+    /// Applies a UAPI `set` body (the lines after `set=1`, up to the blank line).
+    pub fn ipc_set(&self, config: &str) -> Result<(), crate::uapi::IpcError> {
+        crate::uapi::ipc_set(&self.inner, config)
+    }
+
+    /// The UAPI `get` dump (without the `errno=0` trailer).
+    pub fn ipc_get(&self) -> Result<String, crate::uapi::IpcError> {
+        Ok(crate::uapi::ipc_get(&self.inner))
+    }
+
+    /// Serves one UAPI connection: `set=1` / `get=1` requests until EOF.
+    pub fn ipc_handle<R: io::BufRead, W: io::Write>(&self, r: R, w: W) -> io::Result<()> {
+        crate::uapi::handle(&self.inner, r, w)
+    }
+
+    /// The device's batch size: the larger of the TUN's and the bind's.
+    pub fn batch_size(&self) -> usize {
+        self.inner.batch_size
+    }
+
+    /// Pipeline statistics.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats.snapshot()
+    }
+
+    /// Sends a keepalive to every peer whose current keypair is still usable (after a rebind on
+    /// mobile, so NAT mappings are refreshed at once).
+    pub fn send_keepalives_to_peers_with_current_keypair(&self) {
+        self.inner.send_keepalives_to_peers_with_current_keypair()
+    }
+
+    /// Stops roaming for peers with a configured endpoint (mobile hosts manage endpoints).
+    pub fn disable_some_roaming_for_broken_mobile_semantics(&self) {
+        self.inner.broken_roaming.store(true, Ordering::Release);
+        for p in self.inner.peers.read().by_key.values() {
+            let mut e = p.endpoint.lock();
+            if e.ep.is_some() {
+                e.disable_roaming = true;
+            }
+        }
+    }
+
+    /// A peer by public key.
+    pub fn peer(&self, key: &PublicKey) -> Option<Arc<Peer>> {
+        self.inner.peers.read().by_key.get(key).cloned()
+    }
+
+    /// Receive threads started through the [`ReceiveFuncStarter`] (connected sockets) so far.
+    pub fn started_readers(&self) -> usize {
+        self.inner.readers_started.load(Ordering::Relaxed)
+    }
+
+    /// The port the bind listens on (0 while down).
+    pub fn listen_port(&self) -> u16 {
+        self.inner.net.lock().port
+    }
+
+    #[doc(hidden)]
+    pub fn inner(&self) -> &Arc<DeviceInner> {
+        &self.inner
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
+impl DeviceInner {
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn state(&self) -> State {
+        match self.state.load(Ordering::Acquire) {
+            0 => State::Down,
+            1 => State::Up,
+            _ => State::Closed,
+        }
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        self.state() == State::Up
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state() == State::Closed
+    }
+
+    pub(crate) fn submit(&self, job: Job) {
+        let _ = self.crypto_tx.send(job);
+    }
+
+    pub(crate) fn mtu(&self) -> usize {
+        self.mtu.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn peer_list(&self) -> Vec<Arc<Peer>> {
+        self.peers.read().by_key.values().cloned().collect()
+    }
+
+    fn start_threads(self: &Arc<Self>) {
+        let mut threads = self.threads.lock();
+        for i in 0..self.workers {
+            let d = self.clone();
+            threads.push(spawn(&format!("crypto-{i}"), move || d.crypto_worker()));
+        }
+        for i in 0..self.workers.clamp(1, 2) {
+            let d = self.clone();
+            threads.push(spawn(&format!("handshake-{i}"), move || d.handshake_worker()));
+        }
+        let d = self.clone();
+        threads.push(spawn("timers", move || {
+            let weak = Arc::downgrade(&d);
+            let wheel = d.timers.clone();
+            drop(d);
+            wheel.run(
+                |peer, k| {
+                    if let Some(dev) = weak.upgrade() {
+                        if dev.is_up() {
+                            peer.on_timer(&dev, k);
+                        }
+                    }
+                },
+                || {
+                    if let Some(dev) = weak.upgrade() {
+                        let now = dev.now();
+                        dev.rate_limiter.lock().gc(now);
+                    }
+                },
+            );
+        }));
+        let d = self.clone();
+        threads.push(spawn("tun-reader", move || d.tun_reader()));
+        let d = Arc::downgrade(self);
+        let events = self.tun.events();
+        threads.push(spawn("tun-events", move || tun_event_reader(d, events)));
+    }
+
+    fn crypto_worker(&self) {
+        while let Ok(job) = self.crypto_rx.recv() {
+            match job {
+                Job::Encrypt(c) => self.encrypt_and_send(c),
+                Job::Decrypt(c) => self.decrypt_and_deliver(c),
+                Job::Stop => return,
+            }
+        }
+    }
+
+    // ---- lifecycle ---------------------------------------------------------------------------
+
+    fn up(self: &Arc<Self>) -> io::Result<()> {
+        let _g = self.state_lock.lock();
+        match self.state() {
+            State::Closed => return Err(io::Error::new(io::ErrorKind::NotConnected, "device closed")),
+            State::Up => return Ok(()),
+            State::Down => {}
+        }
+        self.state.store(State::Up as u8, Ordering::Release);
+        if let Err(e) = self.bind_update() {
+            self.state.store(State::Down as u8, Ordering::Release);
+            let _ = self.bind_close();
+            tracing::error!(device = %self.name, "unable to bring device up: {e}");
+            return Err(e);
+        }
+        let _ipc = self.ipc_lock.lock();
+        for p in self.peer_list() {
+            p.start();
+            if p.persistent_keepalive.load(Ordering::Relaxed) > 0 {
+                p.send_keepalive();
+            }
+        }
+        tracing::info!(device = %self.name, "interface up");
+        Ok(())
+    }
+
+    fn down(self: &Arc<Self>) -> io::Result<()> {
+        let _g = self.state_lock.lock();
+        if self.state() != State::Up {
+            return Ok(());
+        }
+        self.state.store(State::Down as u8, Ordering::Release);
+        let res = self.bind_close();
+        let _ipc = self.ipc_lock.lock();
+        for p in self.peer_list() {
+            p.stop();
+        }
+        tracing::info!(device = %self.name, "interface down");
+        res
+    }
+
+    pub(crate) fn close(self: &Arc<Self>) {
+        {
+            let _g = self.state_lock.lock();
+            if self.state() == State::Closed {
+                return;
+            }
+            let _ipc = self.ipc_lock.lock();
+            self.state.store(State::Closed as u8, Ordering::Release);
+            let _ = self.tun.close();
+            let _ = self.bind_close();
+            let peers: Vec<_> = {
+                let mut p = self.peers.write();
+                p.order.clear();
+                p.by_key.drain().map(|(_, v)| v).collect()
+            };
+            for p in &peers {
+                p.stop();
+            }
+            self.allowed_ips.write().clear();
+        }
+        self.timers.stop();
+        for _ in 0..self.workers {
+            self.submit(Job::Stop);
+        }
+        for _ in 0..self.workers.clamp(1, 2) {
+            let _ = self.handshake_tx.send(None);
+        }
+        let me = std::thread::current().id();
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        // Anything still queued holds buffers and peers: drop it.
+        while self.crypto_rx.try_recv().is_ok() {}
+        while self.handshake_rx.try_recv().is_ok() {}
+        let (m, c) = &self.closed;
+        *m.lock() = true;
+        c.notify_all();
+        tracing::info!(device = %self.name, "device closed");
+    }
+
+    /// Closes the bind and waits for its readers.
+    fn bind_close(&self) -> io::Result<()> {
+        let _b = self.bind_lock.lock();
+        self.bind_close_locked()
+    }
+
+    fn bind_close_locked(&self) -> io::Result<()> {
+        self.accepting_readers.store(false, Ordering::Release);
+        let res = self.bind.close();
+        let readers: Vec<_> = self.readers.lock().drain(..).collect();
+        for r in readers {
+            let _ = r.join();
+        }
+        self.net.lock().open = false;
+        res
+    }
+
+    /// Closes and (if up) re-opens the bind on the configured port.
+    pub(crate) fn bind_update(self: &Arc<Self>) -> io::Result<()> {
+        let _b = self.bind_lock.lock();
+        self.bind_close_locked()?;
+        if !self.is_up() {
+            return Ok(());
+        }
+        let (port, fwmark) = {
+            let n = self.net.lock();
+            (n.port, n.fwmark)
+        };
+        self.accepting_readers.store(true, Ordering::Release);
+        self.bind.set_receive_func_starter(Arc::new(Starter {
+            dev: Arc::downgrade(self),
+        }));
+        let (fns, actual) = match self.bind.open(port) {
+            Ok(r) => r,
+            Err(e) => {
+                self.accepting_readers.store(false, Ordering::Release);
+                self.net.lock().port = 0;
+                return Err(e);
+            }
+        };
+        {
+            let mut n = self.net.lock();
+            n.port = actual;
+            n.open = true;
+        }
+        if fwmark != 0 {
+            if let Err(e) = self.bind.set_mark(fwmark) {
+                tracing::error!(device = %self.name, "unable to set fwmark: {e}");
+            }
+        }
+        for p in self.peer_list() {
+            p.mark_endpoint_src_for_clearing();
+        }
+        let batch = self.bind.batch_size();
+        for f in fns {
+            self.spawn_reader(f, crate::pool::BUFFER_SIZE, batch);
+        }
+        tracing::debug!(device = %self.name, port = actual, "bind opened");
+        Ok(())
+    }
+
+    pub(crate) fn set_fwmark(&self, mark: u32) -> io::Result<()> {
+        let mut n = self.net.lock();
+        if n.fwmark == mark {
+            return Ok(());
+        }
+        n.fwmark = mark;
+        let open = n.open;
+        drop(n);
+        if open {
+            self.bind.set_mark(mark)?;
+        }
+        for p in self.peer_list() {
+            p.mark_endpoint_src_for_clearing();
+        }
+        Ok(())
+    }
+
+    fn spawn_reader(self: &Arc<Self>, f: ReceiveFunc, _buf_size: usize, batch: usize) {
+        let d = self.clone();
+        let t = spawn("receive", move || d.receive_routine(f, batch));
+        self.readers.lock().push(t);
+    }
+
+    fn send_keepalives_to_peers_with_current_keypair(&self) {
+        if !self.is_up() {
+            return;
+        }
+        let now = self.now();
+        for p in self.peer_list() {
+            let ok = p.keypairs.lock().current.as_ref().is_some_and(|k| k.can_receive(now));
+            if ok {
+                p.send_keepalive();
+            }
+        }
+    }
+
+    // ---- configuration helpers used by UAPI ---------------------------------------------------
+
+    pub(crate) fn set_private_key(self: &Arc<Self>, key: Option<PrivateKey>) {
+        let new_identity = key.filter(|k| !k.is_zero()).map(StaticIdentity::new);
+        {
+            let id = self.identity.read();
+            let same = match (&id.identity, &new_identity) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.public_key() == b.public_key(),
+                _ => false,
+            };
+            if same {
+                return;
+            }
+        }
+        // A peer whose key equals our new public key would be ourselves: remove it.
+        if let Some(id) = &new_identity {
+            let own = id.public_key();
+            if self.peers.read().by_key.contains_key(&own) {
+                self.remove_peer(&own);
+            }
+        }
+        {
+            let mut st = self.identity.write();
+            st.cookie_checker = new_identity.as_ref().map(|id| CookieChecker::new(id.public_key().as_bytes()));
+            st.identity = new_identity;
+            let peers = self.peer_list();
+            for p in peers {
+                if let Some(id) = &st.identity {
+                    p.handshake.lock().hs.recompute_static_static(id);
+                }
+                p.expire_current_keypairs();
+            }
+        }
+    }
+
+    pub(crate) fn remove_peer(&self, key: &PublicKey) {
+        let peer = {
+            let mut peers = self.peers.write();
+            let p = peers.by_key.remove(key);
+            peers.order.retain(|k| k != key);
+            p
+        };
+        if let Some(p) = peer {
+            self.allowed_ips.write().remove_by_value(&PeerRef(p.clone()));
+            p.stop();
+            p.zero_and_flush_all();
+        }
+    }
+
+    pub(crate) fn remove_all_peers(&self) {
+        let peers: Vec<_> = {
+            let mut p = self.peers.write();
+            p.order.clear();
+            p.by_key.drain().map(|(_, v)| v).collect()
+        };
+        self.allowed_ips.write().clear();
+        for p in peers {
+            p.stop();
+            p.zero_and_flush_all();
+        }
+    }
+
+    pub(crate) fn is_under_load(&self) -> bool {
+        let now = self.now().as_nanos();
+        if self.handshake_tx.len() >= QUEUE_HANDSHAKE_SIZE / 8 {
+            let until = now + vpn_proto::consts::UNDER_LOAD_AFTER_TIME.as_nanos() as u64;
+            self.under_load_until.store(until, Ordering::Relaxed);
+            return true;
+        }
+        self.under_load_until.load(Ordering::Relaxed) > now
+    }
+}
+
+struct Starter {
+    dev: Weak<DeviceInner>,
+}
+
+impl ReceiveFuncStarter for Starter {
+    fn start(&self, f: ReceiveFunc, buf_size: usize, batch_size: usize) -> bool {
+        let Some(dev) = self.dev.upgrade() else { return false };
+        if !dev.accepting_readers.load(Ordering::Acquire) || dev.is_closed() {
+            return false;
+        }
+        dev.readers_started.fetch_add(1, Ordering::Relaxed);
+        dev.spawn_reader(f, buf_size, batch_size.max(1));
+        true
+    }
+}
+
+fn tun_event_reader(dev: Weak<DeviceInner>, events: Receiver<vpn_tun::Event>) {
+    while let Ok(ev) = events.recv() {
+        let Some(d) = dev.upgrade() else { return };
+        if d.is_closed() {
+            return;
+        }
+        match ev {
+            vpn_tun::Event::MtuUpdate => {
+                if let Ok(m) = d.tun.mtu() {
+                    let m = (m as usize).min(MAX_CONTENT_SIZE);
+                    d.mtu.store(m, Ordering::Relaxed);
+                }
+            }
+            vpn_tun::Event::Up => {
+                if let Err(e) = d.up() {
+                    tracing::error!(device = %d.name, "up on TUN event failed: {e}");
+                }
+            }
+            vpn_tun::Event::Down => {
+                let _ = d.down();
+            }
+        }
+    }
+}
+
+pub(crate) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("spawning a device thread")
+}

@@ -1,0 +1,322 @@
+//! The inbound path: socket readers → classify → open (workers) → in order: replay check, key
+//! confirmation, roaming, inner-source check, TUN write (§2.4).
+
+use crate::batch::{Container, Elem, Elems};
+use crate::device::HandshakeJob;
+use crate::keypair::DevKeypair;
+use crate::peer::{Peer, PeerRef};
+use crate::pool::HEADROOM;
+use crate::DeviceInner;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use vpn_conn::{is_err_closed, Endpoint, ReceiveFunc};
+use vpn_proto::messages::{
+    COOKIE_REPLY_SIZE, INITIATION_SIZE, MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, MESSAGE_RESPONSE,
+    MESSAGE_TRANSPORT, RESPONSE_SIZE, TRANSPORT_MIN_SIZE,
+};
+
+/// Per-batch grouping of inbound packets by peer.
+struct Group {
+    peer: Arc<Peer>,
+    keypairs: Vec<Arc<DevKeypair>>,
+    elems: Elems,
+}
+
+impl DeviceInner {
+    /// One receive routine per receive function (`RoutineReceiveIncoming`).
+    pub(crate) fn receive_routine(self: &Arc<Self>, mut recv: ReceiveFunc, batch: usize) {
+        let batch = batch.max(1);
+        let mut bufs: Vec<Box<[u8]>> = (0..batch).map(|_| self.in_pool.get()).collect();
+        let mut sizes = vec![0usize; batch];
+        let mut eps = vec![Endpoint::default(); batch];
+        let mut groups: Vec<Group> = Vec::new();
+        let mut errors = 0;
+        loop {
+            let res = {
+                let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                recv(&mut slices, &mut sizes, &mut eps)
+            };
+            let n = match res {
+                Ok(n) => {
+                    errors = 0;
+                    n.min(batch)
+                }
+                Err(e) if is_err_closed(&e) => break,
+                Err(e) => {
+                    errors += 1;
+                    if errors > 10 || self.is_closed() {
+                        tracing::error!(device = %self.name, "receive routine giving up: {e}");
+                        break;
+                    }
+                    tracing::debug!(device = %self.name, "failed to receive packet: {e}");
+                    std::thread::sleep(Duration::from_millis(333));
+                    continue;
+                }
+            };
+            self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
+            self.stats.datagrams_received.fetch_add(n as u64, Ordering::Relaxed);
+            let now = self.now();
+            {
+                let index = self.index.map.read();
+                for i in 0..n {
+                    let size = sizes[i];
+                    if size < TRANSPORT_MIN_SIZE || size > bufs[i].len() {
+                        continue;
+                    }
+                    let msg = &bufs[i][..size];
+                    let ty = u32::from_le_bytes([msg[0], msg[1], msg[2], msg[3]]);
+                    match ty {
+                        MESSAGE_TRANSPORT => {
+                            let receiver = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
+                            let Some(crate::index::IndexEntry::Keypair(kp)) = index.get(&receiver) else {
+                                self.stats.drop_unknown_index.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            };
+                            if !kp.can_receive(now) {
+                                self.stats.drop_expired_keypair.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            let Some(peer) = kp.peer.upgrade() else { continue };
+                            let g = match groups.iter().position(|g| Arc::ptr_eq(&g.peer, &peer)) {
+                                Some(g) => g,
+                                None => {
+                                    groups.push(Group {
+                                        peer,
+                                        keypairs: Vec::with_capacity(2),
+                                        elems: Elems::new(&self.in_pool, batch),
+                                    });
+                                    groups.len() - 1
+                                }
+                            };
+                            let g = &mut groups[g];
+                            let k = match g.keypairs.iter().position(|k| Arc::ptr_eq(k, kp)) {
+                                Some(k) => k,
+                                None => {
+                                    g.keypairs.push(kp.clone());
+                                    g.keypairs.len() - 1
+                                }
+                            };
+                            let counter = u64::from_le_bytes([
+                                msg[8], msg[9], msg[10], msg[11], msg[12], msg[13], msg[14], msg[15],
+                            ]);
+                            let buf = std::mem::replace(&mut bufs[i], self.in_pool.get());
+                            let mut e = Elem::new(buf, size);
+                            e.counter = counter;
+                            e.ep = eps[i];
+                            e.kp = u8::try_from(k).unwrap_or(u8::MAX);
+                            g.elems.v.push(e);
+                        }
+                        MESSAGE_INITIATION | MESSAGE_RESPONSE | MESSAGE_COOKIE_REPLY => {
+                            let exact = match ty {
+                                MESSAGE_INITIATION => INITIATION_SIZE,
+                                MESSAGE_RESPONSE => RESPONSE_SIZE,
+                                _ => COOKIE_REPLY_SIZE,
+                            };
+                            if size != exact {
+                                self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            // Copy out: handshakes are rare and the slot stays with the batch.
+                            let mut hb = vec![0u8; size].into_boxed_slice();
+                            hb.copy_from_slice(msg);
+                            let job = HandshakeJob {
+                                buf: hb,
+                                len: size,
+                                ep: eps[i],
+                            };
+                            if self.handshake_tx.try_send(Some(job)).is_err() {
+                                self.stats.drop_handshake_queue_full.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        _ => {
+                            self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+            for g in groups.drain(..) {
+                if !g.peer.is_running() || g.elems.is_empty() {
+                    continue;
+                }
+                let c = Arc::new(Container::new(g.peer.clone(), g.keypairs, g.elems));
+                g.peer.inbound.push(c.clone());
+                self.submit(crate::Job::Decrypt(c));
+            }
+        }
+        for b in bufs {
+            self.in_pool.put(b);
+        }
+    }
+
+    /// Worker: opens every packet of an inbound batch, then drains the peer's ordered queue.
+    pub(crate) fn decrypt_and_deliver(&self, c: Arc<Container<Arc<DevKeypair>>>) {
+        {
+            let mut elems = c.elems.lock();
+            for e in elems.v.iter_mut() {
+                let Some(kp) = c.keypairs.get(usize::from(e.kp)) else { continue };
+                let len = e.len;
+                match kp.kp.open(e.counter, &mut e.buf[..len]) {
+                    Ok(n) => {
+                        e.len = n;
+                        e.ok = true;
+                    }
+                    Err(_) => {
+                        e.ok = false;
+                    }
+                }
+            }
+        }
+        c.set_done();
+        let peer = c.peer.clone();
+        drop(c);
+        peer.inbound.drain(|c| self.deliver_container(c));
+    }
+
+    /// The sequential stage of the inbound path for one batch of a peer, in order.
+    fn deliver_container(&self, c: Arc<Container<Arc<DevKeypair>>>) {
+        let peer = &c.peer;
+        if !peer.is_running() {
+            return;
+        }
+        let mut elems = c.elems.lock();
+        let mut rx_bytes = 0u64;
+        let mut last_valid = None;
+        let mut data = false;
+        let mut write = Vec::with_capacity(elems.len());
+        {
+            let mut filters: Vec<_> = c.keypairs.iter().map(|k| k.replay.lock()).collect();
+            for (i, e) in elems.v.iter_mut().enumerate() {
+                if !e.ok {
+                    self.stats.drop_decrypt.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let k = usize::from(e.kp);
+                let Some(filter) = filters.get_mut(k) else { continue };
+                if !filter.check(e.counter) {
+                    self.stats.drop_replay.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if let Some(kp) = c.keypairs.get(k) {
+                    self.received_with_keypair(peer, kp);
+                }
+                rx_bytes += e.len as u64 + TRANSPORT_MIN_SIZE as u64;
+                last_valid = Some(i);
+                if e.len == 0 {
+                    continue; // keepalive
+                }
+                match inner_packet_len(&e.buf[HEADROOM..HEADROOM + e.len]) {
+                    Some((len, src)) if self.source_allowed(peer, src) => {
+                        e.len = len;
+                        write.push(i);
+                        data = true;
+                    }
+                    Some(_) => {
+                        self.stats.drop_source_not_allowed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {
+                        self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        peer.rx_bytes.fetch_add(rx_bytes, Ordering::Relaxed);
+        let Some(last) = last_valid else { return };
+        let ep = elems.v[last].ep;
+        peer.set_endpoint_from_packet(&ep);
+        peer.keep_key_fresh_receiving(self);
+        peer.timers_any_authenticated_packet_traversal(self);
+        peer.timers_any_authenticated_packet_received();
+        if data {
+            peer.timers_data_received(self);
+        }
+        if write.is_empty() {
+            return;
+        }
+        let mut sizes = Vec::with_capacity(write.len());
+        let mut slices: Vec<&mut [u8]> = Vec::with_capacity(write.len());
+        let mut wi = write.iter().peekable();
+        for (i, e) in elems.v.iter_mut().enumerate() {
+            if wi.peek() == Some(&&i) {
+                wi.next();
+                sizes.push(e.len);
+                slices.push(&mut e.buf[..]);
+            }
+        }
+        self.stats.tun_writes.fetch_add(1, Ordering::Relaxed);
+        self.stats.tun_packets_written.fetch_add(slices.len() as u64, Ordering::Relaxed);
+        if let Err(e) = self.tun.write(&mut slices, &sizes, HEADROOM) {
+            if !self.is_closed() {
+                tracing::error!(device = %self.name, "failed to write packets to TUN: {e}");
+            }
+        }
+    }
+
+    fn source_allowed(&self, peer: &Arc<Peer>, src: std::net::IpAddr) -> bool {
+        self.allowed_ips
+            .read()
+            .lookup(src)
+            .is_some_and(|p| PeerRef(peer.clone()) == *p)
+    }
+
+    /// Key confirmation: the first packet under the responder's `next` keypair promotes it.
+    fn received_with_keypair(&self, peer: &Arc<Peer>, kp: &Arc<DevKeypair>) {
+        let rotated = peer.keypairs.lock().received_with(kp);
+        if let Some(gone) = rotated {
+            for g in gone {
+                self.index.delete(g.kp.local_index);
+            }
+            peer.timers_handshake_complete(self);
+            peer.send_staged();
+        }
+    }
+}
+
+/// Validates the inner IP header and returns the packet's declared length and source address.
+fn inner_packet_len(p: &[u8]) -> Option<(usize, std::net::IpAddr)> {
+    match p.first()? >> 4 {
+        4 if p.len() >= 20 => {
+            let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
+            if len < 20 || len > p.len() {
+                return None;
+            }
+            Some((len, std::net::IpAddr::from([p[12], p[13], p[14], p[15]])))
+        }
+        6 if p.len() >= 40 => {
+            let len = usize::from(u16::from_be_bytes([p[4], p[5]])) + 40;
+            if len > p.len() {
+                return None;
+            }
+            let mut src = [0u8; 16];
+            src.copy_from_slice(&p[8..24]);
+            Some((len, std::net::IpAddr::from(src)))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inner_packet_len;
+
+    #[test]
+    fn inner_header_checks() {
+        let mut v4 = vec![0u8; 40];
+        v4[0] = 0x45;
+        v4[2..4].copy_from_slice(&28u16.to_be_bytes());
+        v4[12..16].copy_from_slice(&[100, 64, 0, 1]);
+        assert_eq!(inner_packet_len(&v4).unwrap().0, 28);
+        v4[2..4].copy_from_slice(&41u16.to_be_bytes());
+        assert!(inner_packet_len(&v4).is_none());
+        v4[2..4].copy_from_slice(&19u16.to_be_bytes());
+        assert!(inner_packet_len(&v4).is_none());
+        let mut v6 = vec![0u8; 48];
+        v6[0] = 0x60;
+        v6[4..6].copy_from_slice(&8u16.to_be_bytes());
+        assert_eq!(inner_packet_len(&v6).unwrap().0, 48);
+        v6[4..6].copy_from_slice(&9u16.to_be_bytes());
+        assert!(inner_packet_len(&v6).is_none());
+        assert!(inner_packet_len(&[0x50; 60]).is_none());
+        assert!(inner_packet_len(&[]).is_none());
+    }
+}

@@ -1,0 +1,147 @@
+//! The outbound path: TUN reader → route → stage → seal (workers) → send in order (§2.4).
+
+use crate::batch::{Container, Elem, Elems};
+use crate::keypair::DevKeypair;
+use crate::peer::PeerRef;
+use crate::pool::HEADROOM;
+use crate::DeviceInner;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vpn_proto::transport::padded_len;
+
+impl DeviceInner {
+    /// The one TUN reader: reads a batch, groups packets per peer by destination, stages them
+    /// and kicks each peer's sending.
+    pub(crate) fn tun_reader(self: &Arc<Self>) {
+        let batch = self.batch_size;
+        let mut bufs: Vec<Box<[u8]>> = (0..batch).map(|_| self.out_pool.get()).collect();
+        let mut sizes = vec![0usize; batch];
+        // Per-batch grouping: (peer, its packets). A handful of peers per batch: a linear scan
+        // beats hashing.
+        let mut groups: Vec<(PeerRef, Elems)> = Vec::new();
+        loop {
+            let res = {
+                let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                self.tun.read(&mut slices, &mut sizes, HEADROOM)
+            };
+            let n = match res {
+                Ok(n) => n,
+                Err(e) if vpn_tun::is_too_many_segments(&e) => {
+                    tracing::debug!(device = %self.name, "{e}");
+                    continue;
+                }
+                Err(e) => {
+                    if !self.is_closed() {
+                        tracing::error!(device = %self.name, "failed to read packet from TUN: {e}");
+                        let d = self.clone();
+                        // Close from another thread: close joins this one.
+                        crate::device::spawn("closer", move || d.close());
+                    }
+                    break;
+                }
+            };
+            self.stats.tun_reads.fetch_add(1, Ordering::Relaxed);
+            self.stats.tun_packets_read.fetch_add(n as u64, Ordering::Relaxed);
+            {
+                let table = self.allowed_ips.read();
+                for i in 0..n.min(batch) {
+                    let size = sizes[i];
+                    let Some(pkt) = bufs[i].get(HEADROOM..HEADROOM + size) else { continue };
+                    let peer = match pkt.first().map(|b| b >> 4) {
+                        Some(4) if size >= 20 => {
+                            let mut dst = [0u8; 4];
+                            dst.copy_from_slice(&pkt[16..20]);
+                            table.lookup_v4(dst)
+                        }
+                        Some(6) if size >= 40 => {
+                            let mut dst = [0u8; 16];
+                            dst.copy_from_slice(&pkt[24..40]);
+                            table.lookup_v6(dst)
+                        }
+                        _ => None,
+                    };
+                    let Some(peer) = peer else {
+                        self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    let idx = match groups.iter().position(|(p, _)| p == peer) {
+                        Some(i) => i,
+                        None => {
+                            groups.push((peer.clone(), Elems::new(&self.out_pool, batch)));
+                            groups.len() - 1
+                        }
+                    };
+                    let buf = std::mem::replace(&mut bufs[i], self.out_pool.get());
+                    groups[idx].1.v.push(Elem::new(buf, size));
+                }
+            }
+            let max_staged = if self.out_pool.max() == 0 {
+                usize::MAX
+            } else {
+                (self.out_pool.max() / 4).max(batch)
+            };
+            for (peer, elems) in groups.drain(..) {
+                let peer = peer.0;
+                if !peer.is_running() {
+                    continue; // elems dropped: buffers return to the pool
+                }
+                peer.stage(elems, max_staged);
+                peer.send_staged();
+            }
+        }
+    }
+
+    /// Worker: seals every packet of an outbound batch, then drains the peer's ordered queue.
+    pub(crate) fn encrypt_and_send(&self, c: Arc<Container<Arc<DevKeypair>>>) {
+        {
+            let kp = &c.keypairs[0];
+            let mtu = self.mtu();
+            let mut elems = c.elems.lock();
+            for e in elems.v.iter_mut() {
+                let padded = padded_len(e.len, mtu);
+                match kp.kp.seal(e.counter, &mut e.buf, e.len, padded) {
+                    Ok(n) => {
+                        e.len = n;
+                        e.ok = true;
+                    }
+                    Err(_) => e.ok = false,
+                }
+            }
+        }
+        c.set_done();
+        let peer = c.peer.clone();
+        drop(c);
+        peer.outbound.drain(|c| self.send_container(c));
+    }
+
+    /// The sequential stage of the outbound path: runs for each batch of a peer in order.
+    fn send_container(&self, c: Arc<Container<Arc<DevKeypair>>>) {
+        let peer = &c.peer;
+        if !peer.is_running() {
+            return;
+        }
+        let elems = c.elems.lock();
+        let bufs: Vec<&[u8]> = elems.v.iter().filter(|e| e.ok).map(|e| &e.buf[..e.len]).collect();
+        if bufs.is_empty() {
+            return;
+        }
+        let data = bufs.iter().any(|b| b.len() != vpn_proto::transport::TRANSPORT_OVERHEAD);
+        peer.timers_any_authenticated_packet_traversal(self);
+        peer.timers_any_authenticated_packet_sent();
+        let res = peer.send_buffers(self, &bufs);
+        drop(bufs);
+        drop(elems);
+        match res {
+            Ok(()) => {
+                if data {
+                    peer.timers_data_sent(self);
+                }
+                peer.keep_key_fresh_sending(self);
+            }
+            Err(e) => {
+                self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send data packets: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The Linux TUN device with TSO/USO on read and GRO on write (`tun/tun_linux.go`).
+//!
+//! tun-rs creates the interface (`/dev/net/tun`, `TUNSETIFF` with `IFF_VNET_HDR`, the
+//! `TUNSETOFFLOAD` probe for USO); from there on both [`LinuxTun::create`] and
+//! [`LinuxTun::from_fd`] run the same fd-based code: read the flags back, require TCP offloads
+//! when the fd has a virtio header, set non-blocking, and start the netlink listener.
+//!
+//! Close wakes blocked readers with an eventfd: readers and writers first try the non-blocking
+//! syscall and only on `EAGAIN` wait in `poll` on the TUN fd plus the eventfd. Under load that
+//! costs nothing (the read succeeds without a poll); idle it costs no wake-ups (no timeout);
+//! and, unlike closing the fd, it cannot race with fd-number reuse. The fd itself is closed on
+//! drop.
+
+mod events;
+mod sys;
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use crate::offload::split::split_frame;
+use crate::offload::{GroTable, MAX_PACKET, VIRTIO_NET_HDR_LEN};
+use crate::{too_many_segments, Device, Event};
+
+/// Packets per read/write with offloads (wireguard-go's `idealBatchSize`).
+const OFFLOAD_BATCH: usize = 128;
+/// wireguard-go's event channel capacity.
+const EVENT_CAPACITY: usize = 5;
+
+/// Counters of a [`LinuxTun`], for statistics. Incremented once per call, never per packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunStats {
+    /// Successful `read` calls.
+    pub reads: u64,
+    /// Packets those reads returned.
+    pub packets_read: u64,
+    /// Reads that split a GSO super-packet.
+    pub gso_splits: u64,
+    /// Super-packets with more segments than buffers (segments dropped).
+    pub too_many_segments: u64,
+    /// `write` calls.
+    pub writes: u64,
+    /// Packets handed to those writes.
+    pub packets_written: u64,
+    /// Of those, packets GRO merged into another one (not written on their own).
+    pub gro_coalesced: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    reads: AtomicU64,
+    packets_read: AtomicU64,
+    gso_splits: AtomicU64,
+    too_many_segments: AtomicU64,
+    writes: AtomicU64,
+    packets_written: AtomicU64,
+    gro_coalesced: AtomicU64,
+}
+
+/// A Linux TUN interface (layer 3, no packet info), with virtio-net offloads when available.
+pub struct LinuxTun {
+    fd: OwnedFd,
+    name: String,
+    /// Interface ioctls go through this socket, created in the device's network namespace.
+    ctl: OwnedFd,
+    vnet: bool,
+    uso: bool,
+    batch: usize,
+    /// Signalled once by `close`; stays readable so every poller wakes.
+    wake: Arc<OwnedFd>,
+    closed: AtomicBool,
+    /// The frame scratch (virtio header + up to 64 KiB); also serializes readers.
+    read_frame: Mutex<Vec<u8>>,
+    /// GRO tables, reused across writes; also serializes writers (as wireguard-go's writeOpMu).
+    gro: Mutex<GroTable>,
+    events: Receiver<Event>,
+    stop_events: Mutex<Option<Sender<()>>>,
+    listener: Mutex<Option<JoinHandle<()>>>,
+    stats: Counters,
+}
+
+impl LinuxTun {
+    /// Creates (or attaches to) the TUN interface `name` (empty: the kernel picks `tunN`) with
+    /// offloads if the kernel allows them, and sets its MTU (0 leaves it). The interface is
+    /// left down, as wireguard-go leaves it.
+    pub fn create(name: &str, mtu: u32) -> io::Result<Self> {
+        let mtu16 = u16::try_from(mtu)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "MTU above 65535"))?;
+        let build = |offload: bool| {
+            let mut b = tun_rs::DeviceBuilder::new().offload(offload).inherit_enable_state();
+            if !name.is_empty() {
+                b = b.name(name);
+            }
+            if mtu16 > 0 {
+                b = b.mtu(mtu16);
+            }
+            b.build_sync()
+        };
+        let dev = match build(true) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::info!("TUN offloads unavailable ({e}); one packet per call");
+                build(false)?
+            }
+        };
+        Self::from_fd(sys::into_owned_fd(dev), 0)
+    }
+
+    /// Wraps an open TUN fd (an embedder's, e.g. Android's VpnService). With `IFF_VNET_HDR`
+    /// the TCP offloads are required and USO is tried; without it there is no offload and a
+    /// batch of 1. Sets the MTU unless `mtu` is 0.
+    pub fn from_fd(fd: OwnedFd, mtu: u32) -> io::Result<Self> {
+        let (name, flags) = sys::tun_get_iff(fd.as_fd())?;
+        if flags & libc::IFF_TUN == 0 || flags & libc::IFF_TAP != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a layer-3 TUN fd"));
+        }
+        let vnet = flags & libc::IFF_VNET_HDR != 0;
+        let tcp = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+        let uso = if vnet {
+            sys::tun_set_offload(fd.as_fd(), tcp)?;
+            sys::tun_set_offload(fd.as_fd(), tcp | libc::TUN_F_USO4 | libc::TUN_F_USO6).is_ok()
+        } else {
+            // Offload flags are per device: clear any a previous owner left, or the kernel
+            // would hand us super-packets we cannot tell apart.
+            if let Err(e) = sys::tun_set_offload(fd.as_fd(), 0) {
+                tracing::warn!("TUN {name}: clearing offload flags failed: {e}");
+            }
+            false
+        };
+        sys::set_nonblocking(fd.as_fd())?;
+        let ctl = sys::control_socket()?;
+        if mtu > 0 {
+            sys::set_if_mtu(ctl.as_fd(), &name, mtu)?;
+        }
+        let ifindex = sys::if_index(ctl.as_fd(), &name)?;
+        let running = sys::if_flags(ctl.as_fd(), &name)? & libc::IFF_RUNNING != 0;
+        let wake = Arc::new(sys::eventfd()?);
+        let nl = sys::netlink_link_socket()?;
+        let (tx, events) = crossbeam_channel::bounded(EVENT_CAPACITY);
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
+        let listener = events::spawn(nl, wake.clone(), ifindex, running, tx, stop_rx)?;
+        tracing::debug!("TUN {name}: index {ifindex}, vnet {vnet}, uso {uso}");
+        Ok(Self {
+            fd,
+            name,
+            ctl,
+            vnet,
+            uso,
+            batch: if vnet { OFFLOAD_BATCH } else { 1 },
+            wake,
+            closed: AtomicBool::new(false),
+            read_frame: Mutex::new(vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET]),
+            gro: Mutex::new(GroTable::new()),
+            events,
+            stop_events: Mutex::new(Some(stop_tx)),
+            listener: Mutex::new(Some(listener)),
+            stats: Counters::default(),
+        })
+    }
+
+    /// Sets the interface MTU.
+    pub fn set_mtu(&self, mtu: u32) -> io::Result<()> {
+        sys::set_if_mtu(self.ctl.as_fd(), &self.name, mtu)
+    }
+
+    /// Whether the fd carries virtio headers (TSO on read, TCP GRO on write).
+    pub fn offload_enabled(&self) -> bool {
+        self.vnet
+    }
+
+    /// Whether the kernel took USO (UDP segmentation on read, UDP GRO on write; Linux 6.2+).
+    pub fn uso_enabled(&self) -> bool {
+        self.uso
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> TunStats {
+        let s = &self.stats;
+        TunStats {
+            reads: s.reads.load(Relaxed),
+            packets_read: s.packets_read.load(Relaxed),
+            gso_splits: s.gso_splits.load(Relaxed),
+            too_many_segments: s.too_many_segments.load(Relaxed),
+            writes: s.writes.load(Relaxed),
+            packets_written: s.packets_written.load(Relaxed),
+            gro_coalesced: s.gro_coalesced.load(Relaxed),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits for the fd to be ready for `events`; an error once the device is closed.
+    fn wait(&self, events: libc::c_short) -> io::Result<()> {
+        if sys::poll_or_wake(self.fd.as_raw_fd(), events, self.wake.as_fd())? {
+            return Err(closed());
+        }
+        Ok(())
+    }
+
+    /// One `read(2)` that waits for data without blocking close.
+    fn read_once(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.is_closed() {
+                return Err(closed());
+            }
+            match sys::read(self.fd.as_raw_fd(), buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLIN)?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(map_closed(e)),
+            }
+        }
+    }
+
+    /// Writes one frame (virtio header included when enabled).
+    fn write_once(&self, frame: &[u8]) -> io::Result<()> {
+        loop {
+            match sys::write(self.fd.as_raw_fd(), frame) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLOUT)?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(map_closed(e)),
+            }
+        }
+    }
+
+    fn read_offload(&self, bufs: &mut [&mut [u8]], sizes: &mut [usize], offset: usize) -> io::Result<usize> {
+        let mut frame = self.read_frame.lock();
+        loop {
+            let n = self.read_once(&mut frame)?;
+            let split = split_frame(&mut frame[..n], bufs, sizes, offset)?;
+            if split.packets == 0 {
+                // A super-packet without payload: nothing to hand out.
+                continue;
+            }
+            let s = &self.stats;
+            s.reads.fetch_add(1, Relaxed);
+            s.packets_read.fetch_add(split.packets as u64, Relaxed);
+            if split.segmented {
+                s.gso_splits.fetch_add(1, Relaxed);
+            }
+            if split.truncated {
+                s.too_many_segments.fetch_add(1, Relaxed);
+                return Err(too_many_segments());
+            }
+            return Ok(split.packets);
+        }
+    }
+
+    fn write_offload(&self, bufs: &mut [&mut [u8]], sizes: &[usize], offset: usize) -> io::Result<()> {
+        let mut gro = self.gro.lock();
+        gro.coalesce(bufs, sizes, offset, self.uso)?;
+        let mut first_err = None;
+        for &i in gro.to_write() {
+            let frame = &bufs[i][offset - VIRTIO_NET_HDR_LEN..offset + gro.len(i)];
+            match self.write_once(frame) {
+                Ok(()) => {}
+                Err(e) if is_closed_err(&e) => return Err(e),
+                // Like wireguard-go: keep writing the rest, report an error afterwards.
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.stats.gro_coalesced.fetch_add(gro.coalesced() as u64, Relaxed);
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Device for LinuxTun {
+    fn read(&self, bufs: &mut [&mut [u8]], sizes: &mut [usize], offset: usize) -> io::Result<usize> {
+        if bufs.is_empty() || sizes.len() < bufs.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no buffers or too few sizes"));
+        }
+        if self.vnet {
+            return self.read_offload(bufs, sizes, offset);
+        }
+        let buf = bufs[0]
+            .get_mut(offset..)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "offset past buffer"))?;
+        let _one_reader = self.read_frame.lock();
+        sizes[0] = self.read_once(buf)?;
+        self.stats.reads.fetch_add(1, Relaxed);
+        self.stats.packets_read.fetch_add(1, Relaxed);
+        Ok(1)
+    }
+
+    fn write(&self, bufs: &mut [&mut [u8]], sizes: &[usize], offset: usize) -> io::Result<usize> {
+        if self.is_closed() {
+            return Err(closed());
+        }
+        if bufs.len() != sizes.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bufs and sizes differ in length"));
+        }
+        self.stats.writes.fetch_add(1, Relaxed);
+        self.stats.packets_written.fetch_add(bufs.len() as u64, Relaxed);
+        if self.vnet {
+            self.write_offload(bufs, sizes, offset)?;
+        } else {
+            let _one_writer = self.gro.lock();
+            for (b, &n) in bufs.iter().zip(sizes) {
+                let pkt = offset
+                    .checked_add(n)
+                    .and_then(|end| b.get(offset..end))
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "packet outside buffer"))?;
+                self.write_once(pkt)?;
+            }
+        }
+        Ok(bufs.len())
+    }
+
+    fn mtu(&self) -> io::Result<u32> {
+        sys::if_mtu(self.ctl.as_fd(), &self.name)
+    }
+
+    fn name(&self) -> io::Result<String> {
+        Ok(self.name.clone())
+    }
+
+    fn events(&self) -> Receiver<Event> {
+        self.events.clone()
+    }
+
+    fn close(&self) -> io::Result<()> {
+        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(());
+        }
+        let woke = sys::eventfd_signal(self.wake.as_fd());
+        // Dropping the stop sender unblocks a listener waiting on a full event channel.
+        drop(self.stop_events.lock().take());
+        if let Some(h) = self.listener.lock().take() {
+            if h.join().is_err() {
+                tracing::warn!("TUN {}: event listener panicked", self.name);
+            }
+        }
+        woke
+    }
+
+    fn batch_size(&self) -> usize {
+        self.batch
+    }
+}
+
+impl Drop for LinuxTun {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::warn!("TUN {}: close failed: {e}", self.name);
+        }
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "tun closed")
+}
+
+fn is_closed_err(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::BrokenPipe
+}
+
+/// EBADFD from the TUN driver means the interface is gone (wireguard-go maps it to ErrClosed).
+fn map_closed(e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::EBADFD) {
+        closed()
+    } else {
+        e
+    }
+}

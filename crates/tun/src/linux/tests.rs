@@ -1,0 +1,319 @@
+//! Real-kernel tests, each in a network namespace of its own (removed on drop, even after a
+//! panic). They need root and /dev/net/tun and skip with a printed reason without them.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::offload::testpkt::{fix_checksums, stream_byte};
+use crate::offload::{be16, put16};
+
+const OFF: usize = 16;
+
+fn skip_reason() -> Option<&'static str> {
+    if !sys::is_root() {
+        Some("not root")
+    } else if !std::path::Path::new("/dev/net/tun").exists() {
+        Some("no /dev/net/tun")
+    } else {
+        None
+    }
+}
+
+macro_rules! require_root {
+    () => {
+        if let Some(why) = skip_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip").args(args).status().expect("run ip");
+    assert!(st.success(), "ip {args:?} failed");
+}
+
+/// A network namespace named after the pid and a counter, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let name = format!("vpntun-{}-{}", std::process::id(), N.fetch_add(1, Relaxed));
+        ip(&["netns", "add", &name]);
+        Self(name)
+    }
+
+    /// Runs `f` on a thread inside the namespace (threads it spawns stay there too).
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.0);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                sys::setns_net(&path).expect("setns");
+                f()
+            });
+            match h.join() {
+                Ok(v) => v,
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn next_event(rx: &Receiver<Event>, want: Event) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(e) if e == want => return,
+            Ok(_) => {}
+            Err(e) => panic!("waiting for {want:?}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn create_mtu_and_offload_flags() {
+    require_root!();
+    Netns::new().run(|| {
+        let tun = LinuxTun::create("vt0", 1420).expect("create");
+        assert_eq!(tun.name().unwrap(), "vt0");
+        assert_eq!(tun.mtu().unwrap(), 1420);
+        tun.set_mtu(1380).unwrap();
+        assert_eq!(tun.mtu().unwrap(), 1380);
+        let out = Command::new("ip").args(["link", "show", "vt0"]).output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("mtu 1380"));
+        assert!(tun.offload_enabled(), "this kernel supports IFF_VNET_HDR with TSO");
+        assert_eq!(tun.batch_size(), 128);
+        eprintln!("USO: {}", tun.uso_enabled());
+        assert!(tun.set_mtu(70_000).is_err());
+    });
+}
+
+#[test]
+fn from_fd_with_and_without_virtio_header() {
+    require_root!();
+    Netns::new().run(|| {
+        let plain = tun_rs::DeviceBuilder::new().name("vt1").offload(false).build_sync().unwrap();
+        let tun = LinuxTun::from_fd(sys::into_owned_fd(plain), 1300).unwrap();
+        assert!(!tun.offload_enabled() && !tun.uso_enabled());
+        assert_eq!((tun.batch_size(), tun.mtu().unwrap()), (1, 1300));
+        udp_both_ways(&tun, "vt1", 1);
+
+        let vnet = tun_rs::DeviceBuilder::new().name("vt2").offload(true).build_sync().unwrap();
+        let tun = LinuxTun::from_fd(sys::into_owned_fd(vnet), 0).unwrap();
+        assert!(tun.offload_enabled());
+        assert_eq!(tun.batch_size(), 128);
+        udp_both_ways(&tun, "vt2", 2);
+    });
+}
+
+/// Reads a datagram a local socket sends into the TUN, and writes one the socket receives.
+fn udp_both_ways(tun: &LinuxTun, name: &str, net: u8) {
+    let local = Ipv4Addr::new(100, 64, net, 1);
+    ip(&["addr", "add", &format!("{local}/24"), "dev", name]);
+    ip(&["link", "set", name, "up"]);
+    let sock = UdpSocket::bind(SocketAddrV4::new(local, 0)).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    sock.send_to(b"to the tun", (Ipv4Addr::new(100, 64, net, 2), 4000)).unwrap();
+
+    let mut storage = vec![vec![0u8; OFF + 2000]; tun.batch_size()];
+    let mut sizes = vec![0usize; storage.len()];
+    let before = tun.stats();
+    let pkt = loop {
+        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let n = tun.read(&mut bufs, &mut sizes, OFF).unwrap();
+        // Skip IPv6 router solicitations and the like.
+        if let Some(i) = (0..n).find(|&i| bufs[i][OFF] >> 4 == 4 && bufs[i][OFF + 9] == 17) {
+            break bufs[i][OFF..OFF + sizes[i]].to_vec();
+        }
+    };
+    assert_eq!(&pkt[pkt.len() - 10..], b"to the tun");
+    assert!(tun.stats().reads > before.reads);
+
+    // Answer: swap addresses and ports.
+    let mut reply = pkt.clone();
+    reply[12..16].copy_from_slice(&pkt[16..20]);
+    reply[16..20].copy_from_slice(&pkt[12..16]);
+    reply[20..22].copy_from_slice(&pkt[22..24]);
+    reply[22..24].copy_from_slice(&pkt[20..22]);
+    let body = reply.len() - 10;
+    reply[body..].copy_from_slice(b"from a tun");
+    fix_checksums(&mut reply);
+    let mut buf = vec![0u8; OFF + 2000];
+    buf[OFF..OFF + reply.len()].copy_from_slice(&reply);
+    let mut bufs: Vec<&mut [u8]> = vec![&mut buf[..]];
+    assert_eq!(tun.write(&mut bufs, &[reply.len()], OFF).unwrap(), 1);
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = [0u8; 64];
+    let (n, from) = sock.recv_from(&mut got).unwrap();
+    assert_eq!(&got[..n], b"from a tun");
+    assert_eq!(from.port(), 4000);
+    assert_eq!(be16(&reply, 22), port);
+}
+
+#[test]
+fn up_down_and_mtu_events() {
+    require_root!();
+    Netns::new().run(|| {
+        let tun = LinuxTun::create("vt0", 1400).unwrap();
+        let rx = tun.events();
+        ip(&["link", "set", "vt0", "up"]);
+        next_event(&rx, Event::Up);
+        ip(&["link", "set", "vt0", "mtu", "1300"]);
+        next_event(&rx, Event::MtuUpdate);
+        assert_eq!(tun.mtu().unwrap(), 1300);
+        ip(&["link", "set", "vt0", "down"]);
+        next_event(&rx, Event::Down);
+        tun.close().unwrap();
+        // Disconnected once drained.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while rx.recv_deadline(deadline).is_ok() {}
+        assert!(matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected)));
+    });
+}
+
+#[test]
+fn close_wakes_a_blocked_read_promptly() {
+    require_root!();
+    Netns::new().run(|| {
+        let tun = LinuxTun::create("vt0", 1400).unwrap();
+        let rx = tun.events();
+        // A full event channel must not hold close up either.
+        for _ in 0..10 {
+            ip(&["link", "set", "vt0", "mtu", "1300"]);
+            ip(&["link", "set", "vt0", "mtu", "1301"]);
+        }
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut b = vec![0u8; 2000];
+                let mut bufs: Vec<&mut [u8]> = vec![&mut b[..]];
+                let r = tun.read(&mut bufs, &mut [0], OFF);
+                (r.map_err(|e| e.kind()), Instant::now())
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            let closed_at = Instant::now();
+            tun.close().unwrap();
+            let (r, woke_at) = reader.join().unwrap();
+            assert_eq!(r, Err(io::ErrorKind::BrokenPipe));
+            let took = woke_at.saturating_duration_since(closed_at);
+            assert!(took < Duration::from_millis(500), "read woke after {took:?}");
+        });
+        let mut b = vec![0u8; 100];
+        assert!(tun.read(&mut [&mut b[..]], &mut [0], OFF).is_err());
+        assert!(tun.write(&mut [&mut b[..]], &[20], OFF).is_err());
+        drop(rx);
+    });
+}
+
+/// Rewrites a packet for the relay: `.1 -> .2` becomes `.3 -> .1`, `.1 -> .3` becomes
+/// `.2 -> .1`, so a client and a server in the same namespace talk through the TUN both ways.
+/// Returns false for packets the relay drops.
+fn relay_rewrite(p: &mut [u8]) -> bool {
+    if p.len() < 40 || p[0] != 0x45 || (p[9] != 6 && p[9] != 17) {
+        return false;
+    }
+    let new_src = match p[19] {
+        2 => 3,
+        3 => 2,
+        _ => return false,
+    };
+    p[12..16].copy_from_slice(&[100, 64, 0, new_src]);
+    p[16..20].copy_from_slice(&[100, 64, 0, 1]);
+    put16(p, 10, 0);
+    fix_checksums(p);
+    true
+}
+
+#[test]
+fn tcp_stream_is_split_on_read_and_coalesced_on_write() {
+    require_root!();
+    Netns::new().run(|| {
+        let tun = LinuxTun::create("vt0", 1500).unwrap();
+        assert!(tun.offload_enabled());
+        ip(&["addr", "add", "100.64.0.1/24", "dev", "vt0"]);
+        ip(&["link", "set", "vt0", "up"]);
+        let listener = TcpListener::bind("100.64.0.1:5201").unwrap();
+        const TOTAL: usize = 8 << 20;
+
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let batch = tun.batch_size();
+                let mut storage = vec![vec![0u8; OFF + 65_535]; batch];
+                let mut sizes = vec![0usize; batch];
+                let mut out_sizes = Vec::with_capacity(batch);
+                loop {
+                    let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+                    let n = match tun.read(&mut bufs, &mut sizes, OFF) {
+                        Ok(n) => n,
+                        Err(e) if crate::is_too_many_segments(&e) => continue,
+                        Err(_) => return, // closed
+                    };
+                    // Keep the packets to relay at the front of the batch.
+                    out_sizes.clear();
+                    let mut k = 0;
+                    for i in 0..n {
+                        if relay_rewrite(&mut bufs[i][OFF..OFF + sizes[i]]) {
+                            bufs.swap(k, i);
+                            out_sizes.push(sizes[i]);
+                            k += 1;
+                        }
+                    }
+                    if k > 0 && tun.write(&mut bufs[..k], &out_sizes, OFF).is_err() {
+                        return;
+                    }
+                }
+            });
+
+            let server = s.spawn(|| {
+                let (mut conn, _) = listener.accept().unwrap();
+                conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut got = 0usize;
+                let mut buf = vec![0u8; 256 * 1024];
+                loop {
+                    let n = conn.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    for (k, b) in buf[..n].iter().enumerate() {
+                        assert_eq!(*b, stream_byte((got + k) as u32), "byte {}", got + k);
+                    }
+                    got += n;
+                }
+                got
+            });
+
+            let mut client = TcpStream::connect_timeout(
+                &"100.64.0.2:5201".parse().unwrap(),
+                Duration::from_secs(5),
+            )
+            .unwrap();
+            let data: Vec<u8> = (0..TOTAL as u32).map(stream_byte).collect();
+            let started = Instant::now();
+            client.write_all(&data).unwrap();
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            assert_eq!(server.join().unwrap(), TOTAL, "every byte arrived in order");
+            let secs = started.elapsed().as_secs_f64();
+            let st = tun.stats();
+            eprintln!(
+                "relayed {} MiB in {secs:.2}s (debug build); stats {st:?}",
+                TOTAL >> 20
+            );
+            assert!(st.gso_splits > 0, "reads split super-packets: {st:?}");
+            assert!(st.packets_read > st.reads, "more packets than reads: {st:?}");
+            assert!(st.gro_coalesced > 0, "writes coalesced segments: {st:?}");
+            assert!(st.packets_written > st.writes, "batched writes: {st:?}");
+            tun.close().unwrap();
+        });
+    });
+}

@@ -1,0 +1,152 @@
+//! Packet builders for the offload tests: valid IPv4/IPv6 TCP/UDP packets with correct
+//! checksums, plus the mutations the reference's table cases use.
+
+use super::checksum::{checksum, pseudo_header_no_fold};
+use super::{put16, IPPROTO_TCP, IPPROTO_UDP, TCP_FLAGS_OFFSET, TCP_FLAG_ACK};
+
+pub(crate) const ACK: u8 = TCP_FLAG_ACK;
+pub(crate) const PSH: u8 = super::TCP_FLAG_PSH;
+
+/// An address and port; 4- or 16-byte address.
+#[derive(Clone, Copy)]
+pub(crate) struct Ep {
+    pub addr: [u8; 16],
+    pub v6: bool,
+    pub port: u16,
+}
+
+pub(crate) const fn ep4(a: [u8; 4], port: u16) -> Ep {
+    Ep { addr: [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], v6: false, port }
+}
+
+pub(crate) const fn ep6(last: u8, port: u16) -> Ep {
+    let mut addr = [0u8; 16];
+    addr[0] = 0xfd;
+    addr[15] = last;
+    Ep { addr, v6: true, port }
+}
+
+pub(crate) const A4: Ep = ep4([192, 0, 2, 1], 1);
+pub(crate) const B4: Ep = ep4([192, 0, 2, 2], 1);
+pub(crate) const C4: Ep = ep4([192, 0, 2, 3], 1);
+pub(crate) const A6: Ep = ep6(1, 1);
+pub(crate) const B6: Ep = ep6(2, 1);
+pub(crate) const C6: Ep = ep6(3, 1);
+
+fn ip_header(src: Ep, dst: Ep, proto: u8, transport_len: usize, out: &mut Vec<u8>) {
+    if src.v6 {
+        out.extend_from_slice(&[0x60, 0, 0, 0]);
+        out.extend_from_slice(&(transport_len as u16).to_be_bytes());
+        out.push(proto);
+        out.push(64);
+        out.extend_from_slice(&src.addr);
+        out.extend_from_slice(&dst.addr);
+    } else {
+        out.extend_from_slice(&[0x45, 0]);
+        out.extend_from_slice(&((20 + transport_len) as u16).to_be_bytes());
+        out.extend_from_slice(&[0, 0, 0, 0, 64, proto, 0, 0]);
+        out.extend_from_slice(&src.addr[..4]);
+        out.extend_from_slice(&dst.addr[..4]);
+    }
+}
+
+/// Payload byte `i` of a stream: depends on the position so reordering is visible.
+pub(crate) fn stream_byte(i: u32) -> u8 {
+    (i.wrapping_mul(31) >> 3) as u8 ^ (i as u8)
+}
+
+/// A TCP packet (ACK number 1, 20-byte header) carrying stream bytes `seq..seq+len`.
+pub(crate) fn tcp(src: Ep, dst: Ep, flags: u8, len: usize, seq: u32) -> Vec<u8> {
+    let mut p = Vec::with_capacity(60 + len);
+    ip_header(src, dst, IPPROTO_TCP, 20 + len, &mut p);
+    p.extend_from_slice(&src.port.to_be_bytes());
+    p.extend_from_slice(&dst.port.to_be_bytes());
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&1u32.to_be_bytes());
+    p.extend_from_slice(&[5 << 4, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    p.extend((0..len as u32).map(|i| stream_byte(seq.wrapping_add(i))));
+    fix_checksums(&mut p);
+    p
+}
+
+/// A UDP datagram with `len` payload bytes.
+pub(crate) fn udp(src: Ep, dst: Ep, len: usize) -> Vec<u8> {
+    let mut p = Vec::with_capacity(48 + len);
+    ip_header(src, dst, IPPROTO_UDP, 8 + len, &mut p);
+    p.extend_from_slice(&src.port.to_be_bytes());
+    p.extend_from_slice(&dst.port.to_be_bytes());
+    p.extend_from_slice(&((8 + len) as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend((0..len as u32).map(stream_byte));
+    fix_checksums(&mut p);
+    p
+}
+
+fn layout(p: &[u8]) -> (bool, usize, u8) {
+    if p[0] >> 4 == 6 {
+        (true, 40, p[6])
+    } else {
+        (false, usize::from(p[0] & 0x0f) * 4, p[9])
+    }
+}
+
+/// Recomputes the IPv4 header checksum and the full TCP/UDP checksum.
+pub(crate) fn fix_checksums(p: &mut [u8]) {
+    let (v6, iph, proto) = layout(p);
+    let (at, n) = if v6 { (8, 16) } else { (12, 4) };
+    if !v6 {
+        put16(p, 10, 0);
+        let c = !checksum(&p[..iph], 0);
+        put16(p, 10, c);
+    }
+    let csum_at = iph + if proto == IPPROTO_TCP { 16 } else { 6 };
+    put16(p, csum_at, 0);
+    let psum = pseudo_header_no_fold(proto, &p[at..at + n], &p[at + n..at + 2 * n], (p.len() - iph) as u16);
+    let mut c = !checksum(&p[iph..], psum);
+    if proto == IPPROTO_UDP && c == 0 {
+        c = 0xffff;
+    }
+    put16(p, csum_at, c);
+}
+
+/// Corrupts the transport checksum.
+pub(crate) fn flip_transport_checksum(p: &mut [u8]) {
+    let (_, iph, proto) = layout(p);
+    let at = iph + if proto == IPPROTO_TCP { 16 } else { 6 };
+    p[at] ^= 0xff;
+}
+
+/// Applies `f` to the packet and then repairs its checksums.
+pub(crate) fn with(mut p: Vec<u8>, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    f(&mut p);
+    fix_checksums(&mut p);
+    p
+}
+
+/// The TCP flags byte of a packet.
+pub(crate) fn tcp_flags(p: &[u8]) -> u8 {
+    let (_, iph, _) = layout(p);
+    p[iph + TCP_FLAGS_OFFSET]
+}
+
+/// Whether the packet's IPv4 header checksum (if any) and transport checksum verify.
+pub(crate) fn checksums_ok(p: &[u8]) -> bool {
+    let (v6, iph, proto) = layout(p);
+    if !v6 && checksum(&p[..iph], 0) != 0xffff {
+        return false;
+    }
+    super::gro::checksum_valid(p, iph as u8, proto, v6)
+}
+
+/// Buffers of `room` bytes holding `pkts` at `offset`, with their sizes.
+pub(crate) fn batch(pkts: &[Vec<u8>], offset: usize, room: usize) -> (Vec<Vec<u8>>, Vec<usize>) {
+    let bufs = pkts
+        .iter()
+        .map(|p| {
+            let mut b = vec![0xa5u8; room.max(offset + p.len())];
+            b[offset..offset + p.len()].copy_from_slice(p);
+            b
+        })
+        .collect();
+    (bufs, pkts.iter().map(Vec::len).collect())
+}

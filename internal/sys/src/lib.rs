@@ -1,0 +1,21 @@
+//! The unsafe shims behind the data plane's UDP sockets (Linux).
+//!
+//! `vpn-conn` forbids `unsafe`; everything that has to hand raw pointers to the kernel lives
+//! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
+//! ([`mmsg`]), building and parsing control messages ([`cmsg`]) and integer socket options
+//! ([`sockopt`]). Every `unsafe` block carries a `// SAFETY:` comment, and every module has
+//! tests of its own against real sockets on loopback.
+//!
+//! The crate is empty on other targets.
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(target_os = "linux")]
+pub mod cmsg;
+#[cfg(target_os = "linux")]
+pub mod mmsg;
+#[cfg(target_os = "linux")]
+mod sockaddr;
+#[cfg(target_os = "linux")]
+pub mod sockopt;

@@ -1,0 +1,401 @@
+//! Batched datagram I/O: `recvmmsg` and `sendmmsg` with per-message addresses and control
+//! messages.
+//!
+//! [`RecvBatch`] and [`SendBatch`] own the kernel-facing arrays (message headers, iovecs,
+//! address and control buffers), allocated once for a maximum batch size and reused by every
+//! call, so the data path does not allocate. The raw pointers inside those arrays are
+//! rewritten at the start of every call and point only into the call's arguments and the
+//! batch's own buffers.
+
+use std::io;
+use std::mem::size_of;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr;
+
+use crate::cmsg::{self, CmsgBuf, PktInfo, CMSG_BUF_LEN};
+use crate::sockaddr::from_storage;
+
+/// What the kernel reported for one received datagram.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes written to the buffer (at most its length).
+    pub len: usize,
+    /// The datagram did not fit its buffer and was cut (`MSG_TRUNC`).
+    pub truncated: bool,
+    /// The sender's address.
+    pub addr: Option<SocketAddr>,
+    /// The local address and interface it arrived on, when packet info is enabled.
+    pub pktinfo: Option<PktInfo>,
+    /// GRO segment size when the kernel coalesced several datagrams into this one; else 0.
+    pub gro_size: u16,
+}
+
+fn zeroed_mmsghdr() -> libc::mmsghdr {
+    // SAFETY: all-zero is a valid `mmsghdr`: null pointers, zero lengths and flags.
+    unsafe { std::mem::zeroed() }
+}
+
+fn zeroed_iovec() -> libc::iovec {
+    libc::iovec {
+        iov_base: ptr::null_mut(),
+        iov_len: 0,
+    }
+}
+
+/// Reusable state for `recvmmsg`.
+pub struct RecvBatch {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<CmsgBuf>,
+}
+
+// SAFETY: the raw pointers in `hdrs` and `iovs` are only written and handed to the kernel
+// inside `recv`, which overwrites every one it uses before the syscall; they are never
+// dereferenced by this code, so moving the batch to another thread cannot make it touch
+// memory it does not own.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    /// Room for up to `max` datagrams per call.
+    pub fn new(max: usize) -> Self {
+        RecvBatch {
+            hdrs: (0..max).map(|_| zeroed_mmsghdr()).collect(),
+            iovs: (0..max).map(|_| zeroed_iovec()).collect(),
+            // SAFETY: all-zero is a valid `sockaddr_storage` (AF_UNSPEC).
+            names: (0..max).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            ctrl: vec![CmsgBuf::new(); max],
+        }
+    }
+
+    /// The largest batch one call reads.
+    pub fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Blocks until at least one datagram arrives, then reads up to
+    /// `min(bufs.len(), meta.len(), capacity)` without waiting further (`MSG_WAITFORONE`).
+    /// Datagram `i` goes to `bufs[i]`, what the kernel said about it to `meta[i]`. Returns the
+    /// number of datagrams read.
+    pub fn recv(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        bufs: &mut [&mut [u8]],
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        let n = bufs.len().min(meta.len()).min(self.hdrs.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        for (i, buf) in bufs.iter_mut().take(n).enumerate() {
+            self.iovs[i] = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            let h = &mut self.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.ctrl[i].as_mut_ptr();
+            h.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
+            h.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: the first `n` headers point to `n` iovecs covering the exclusively borrowed
+        // `bufs[i]` (pointer and length from the slice), to address buffers of the size given
+        // in `msg_namelen` and to control buffers of `CMSG_BUF_LEN` bytes, all owned by
+        // `self` or borrowed for this call. The kernel writes only within those bounds.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let got = (r as usize).min(n);
+        for (i, m) in meta.iter_mut().take(got).enumerate() {
+            let h = &self.hdrs[i];
+            let clen = (h.msg_hdr.msg_controllen as usize).min(CMSG_BUF_LEN);
+            let parsed = cmsg::parse(&self.ctrl[i].as_bytes()[..clen]);
+            *m = RecvMeta {
+                len: (h.msg_len as usize).min(bufs[i].len()),
+                truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                addr: from_storage(&self.names[i], h.msg_hdr.msg_namelen),
+                pktinfo: parsed.pktinfo,
+                gro_size: parsed.gro_size,
+            };
+        }
+        Ok(got)
+    }
+}
+
+/// One outgoing message of a [`SendBatch`]: `count` consecutive buffers from `start`, sent as
+/// one datagram, or, when `count > 1`, as one GSO message the kernel splits into datagrams of
+/// `gso_size` bytes (`UDP_SEGMENT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MsgPlan {
+    /// Index of the first buffer.
+    pub start: usize,
+    /// Number of buffers (iovecs) in the message, at least 1.
+    pub count: usize,
+    /// Segment size for `count > 1`; ignored otherwise.
+    pub gso_size: u16,
+}
+
+/// Reusable state for `sendmmsg`.
+pub struct SendBatch {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    ctrl: Vec<CmsgBuf>,
+}
+
+// SAFETY: as for `RecvBatch`: the pointers are rewritten inside `send` before each syscall and
+// never dereferenced by this code.
+unsafe impl Send for SendBatch {}
+
+impl SendBatch {
+    /// Room for up to `max` messages and `max` buffers per call.
+    pub fn new(max: usize) -> Self {
+        SendBatch {
+            hdrs: (0..max).map(|_| zeroed_mmsghdr()).collect(),
+            iovs: (0..max).map(|_| zeroed_iovec()).collect(),
+            ctrl: vec![CmsgBuf::new(); max],
+        }
+    }
+
+    /// The most messages and buffers one call takes.
+    pub fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// One `sendmmsg` of the messages `plans` describes, all to `dst`, each with `src` as the
+    /// sticky source when given. Returns how many messages the kernel accepted (a prefix of
+    /// `plans`; the caller continues with the rest). Plans that do not fit `bufs` or the
+    /// capacity are an `InvalidInput` error.
+    pub fn send(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        dst: &SocketAddr,
+        src: Option<&PktInfo>,
+        bufs: &[&[u8]],
+        plans: &[MsgPlan],
+    ) -> io::Result<usize> {
+        let invalid =
+            |what: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("send batch: {what}"));
+        if plans.is_empty() {
+            return Ok(0);
+        }
+        if plans.len() > self.hdrs.len() {
+            return Err(invalid("too many messages"));
+        }
+        let name = socket2::SockAddr::from(*dst);
+        let mut iov_at = 0usize;
+        for (i, p) in plans.iter().enumerate() {
+            let end = p
+                .start
+                .checked_add(p.count)
+                .ok_or_else(|| invalid("plan overflows"))?;
+            let group = bufs
+                .get(p.start..end)
+                .ok_or_else(|| invalid("plan outside buffers"))?;
+            if group.is_empty() {
+                return Err(invalid("empty message"));
+            }
+            let iov_end = iov_at + group.len();
+            let iovs = self
+                .iovs
+                .get_mut(iov_at..iov_end)
+                .ok_or_else(|| invalid("too many buffers"))?;
+            for (iov, b) in iovs.iter_mut().zip(group) {
+                // The kernel only reads through a send iovec; the `*mut` is the C type's.
+                *iov = libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                };
+            }
+            let mut w = self.ctrl[i].writer();
+            if let Some(s) = src {
+                w.pktinfo(s).map_err(|_| invalid("control buffer"))?;
+            }
+            if p.count > 1 {
+                w.udp_segment(p.gso_size)
+                    .map_err(|_| invalid("control buffer"))?;
+            }
+            let clen = w.len();
+            let h = &mut self.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = name.as_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = name.len();
+            h.msg_hdr.msg_iov = &mut self.iovs[iov_at];
+            h.msg_hdr.msg_iovlen = group.len() as _;
+            h.msg_hdr.msg_control = if clen == 0 {
+                ptr::null_mut()
+            } else {
+                self.ctrl[i].as_mut_ptr()
+            };
+            h.msg_hdr.msg_controllen = clen as _;
+            h.msg_hdr.msg_flags = 0;
+            iov_at = iov_end;
+        }
+        // SAFETY: the first `plans.len()` headers point to the address in `name` (alive until
+        // the end of this function, length from socket2), to iovecs inside `self.iovs` that
+        // cover the borrowed `bufs` (read-only for sendmmsg), and to control buffers owned by
+        // `self` with the length written. Nothing is retained after the call.
+        let r = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                plans.len() as libc::c_uint,
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sockopt;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+
+    fn pair(v6: bool) -> (UdpSocket, UdpSocket) {
+        let lo = if v6 { "[::1]:0" } else { "127.0.0.1:0" };
+        let a = UdpSocket::bind(lo).unwrap();
+        let b = UdpSocket::bind(lo).unwrap();
+        if v6 {
+            sockopt::set_int(b.as_fd(), libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1).unwrap();
+        } else {
+            sockopt::set_int(b.as_fd(), libc::IPPROTO_IP, libc::IP_PKTINFO, 1).unwrap();
+        }
+        (a, b)
+    }
+
+    fn batch_round_trip(v6: bool) {
+        let (a, b) = pair(v6);
+        let dst = b.local_addr().unwrap();
+        let datagrams: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + i as usize]).collect();
+        let refs: Vec<&[u8]> = datagrams.iter().map(|d| d.as_slice()).collect();
+        let plans: Vec<MsgPlan> = (0..10)
+            .map(|i| MsgPlan {
+                start: i,
+                count: 1,
+                gso_size: 0,
+            })
+            .collect();
+        let mut sb = SendBatch::new(16);
+        let mut sent = 0;
+        while sent < plans.len() {
+            sent += sb
+                .send(a.as_fd(), &dst, None, &refs, &plans[sent..])
+                .unwrap();
+        }
+        let mut rb = RecvBatch::new(16);
+        let mut storage = vec![[0u8; 256]; 16];
+        let mut meta = [RecvMeta::default(); 16];
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|s| &mut s[..]).collect();
+            let n = rb.recv(b.as_fd(), &mut bufs, &mut meta).unwrap();
+            for (i, m) in meta.iter().take(n).enumerate() {
+                assert!(!m.truncated);
+                assert_eq!(m.addr, Some(a.local_addr().unwrap()));
+                assert_eq!(m.pktinfo.map(|p| p.addr), Some(dst.ip()));
+                got.push(bufs[i][..m.len].to_vec());
+            }
+        }
+        assert_eq!(got, datagrams);
+    }
+
+    #[test]
+    fn ipv4_batch_round_trip_with_pktinfo() {
+        batch_round_trip(false);
+    }
+
+    #[test]
+    fn ipv6_batch_round_trip_with_pktinfo() {
+        batch_round_trip(true);
+    }
+
+    #[test]
+    fn gso_message_is_split_for_a_plain_receiver() {
+        let (a, b) = pair(false);
+        let dst = b.local_addr().unwrap();
+        let segs = [[1u8; 500], [2u8; 500], [3u8; 500]];
+        let tail = [4u8; 123];
+        let refs: Vec<&[u8]> = vec![&segs[0], &segs[1], &segs[2], &tail];
+        let plan = [MsgPlan {
+            start: 0,
+            count: 4,
+            gso_size: 500,
+        }];
+        let mut sb = SendBatch::new(8);
+        assert_eq!(sb.send(a.as_fd(), &dst, None, &refs, &plan).unwrap(), 1);
+        let mut buf = [0u8; 2048];
+        for want in &refs {
+            let (n, _) = b.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], *want);
+        }
+    }
+
+    #[test]
+    fn truncation_is_reported() {
+        let (a, b) = pair(false);
+        a.send_to(&[9u8; 300], b.local_addr().unwrap()).unwrap();
+        let mut rb = RecvBatch::new(1);
+        let mut small = [0u8; 100];
+        let mut bufs: [&mut [u8]; 1] = [&mut small];
+        let mut meta = [RecvMeta::default()];
+        assert_eq!(rb.recv(b.as_fd(), &mut bufs, &mut meta).unwrap(), 1);
+        assert!(meta[0].truncated);
+        assert_eq!(meta[0].len, 100);
+    }
+
+    #[test]
+    fn invalid_plans_are_errors() {
+        let (a, b) = pair(false);
+        let dst = b.local_addr().unwrap();
+        let x = [0u8; 4];
+        let refs: Vec<&[u8]> = vec![&x, &x];
+        let mut sb = SendBatch::new(2);
+        for bad in [
+            vec![MsgPlan {
+                start: 1,
+                count: 2,
+                gso_size: 4,
+            }],
+            vec![MsgPlan {
+                start: 0,
+                count: 0,
+                gso_size: 0,
+            }],
+            vec![MsgPlan {
+                start: usize::MAX,
+                count: 2,
+                gso_size: 0,
+            }],
+            vec![
+                MsgPlan {
+                    start: 0,
+                    count: 1,
+                    gso_size: 0
+                };
+                3
+            ],
+        ] {
+            let e = sb.send(a.as_fd(), &dst, None, &refs, &bad).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        }
+    }
+}
