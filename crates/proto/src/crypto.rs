@@ -80,17 +80,15 @@ pub fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; MAC_SIZE] {
     } else {
         key
     };
-    match <Blake2sMac<blake2::digest::consts::U16> as blake2::digest::KeyInit>::new_from_slice(key)
+    // The key length was checked above, so this cannot fail; if it did, the all-zero output
+    // would simply never verify.
+    if let Ok(mut m) =
+        <Blake2sMac<blake2::digest::consts::U16> as blake2::digest::KeyInit>::new_from_slice(key)
     {
-        Ok(mut m) => {
-            for p in parts {
-                Update::update(&mut m, p);
-            }
-            out.copy_from_slice(&m.finalize_fixed());
+        for p in parts {
+            Update::update(&mut m, p);
         }
-        // Unreachable: the key length was checked above. Zeros never verify as a real MAC of a
-        // message we produced, so failing closed is safe.
-        Err(_) => {}
+        out.copy_from_slice(&m.finalize_fixed());
     }
     out
 }
@@ -249,10 +247,11 @@ mod tests {
 
     #[test]
     fn keyed_mac_known_answer() {
-        // BLAKE2s reference test vector (blake2s-kat.txt, keyed, empty input), truncated to the
-        // 256-bit digest; recompute at 128 bits by the variable-length keyed core instead of
-        // trusting a number: MAC must equal BLAKE2s-128 keyed, which differs from a truncated
-        // BLAKE2s-256 (output length is a parameter of BLAKE2).
+        // The BLAKE2 reference KAT (blake2s-kat.txt, keyed, empty input) pins the keyed core at
+        // 256 bits. MAC is keyed BLAKE2s with a 128-bit output, which is not a truncation of
+        // the 256-bit one (the output length is a BLAKE2 parameter). That our 128-bit value is
+        // the right one is checked against boringtun in tests/interop_boringtun.rs (each side
+        // verifies the other's mac1).
         let key: Vec<u8> = (0u8..32).collect();
         let m = mac(&key, &[b""]);
         let full = {
@@ -268,7 +267,11 @@ mod tests {
             full.to_vec(),
             unhex("48a8997da407876b3d79c0d92325ad3b89cbb754d86ab71aee047ad345fd2c49")
         );
-        assert_ne!(&full[..16], &m[..], "MAC must be a 128-bit BLAKE2s, not a truncation");
+        assert_ne!(
+            &full[..16],
+            &m[..],
+            "MAC must be a 128-bit BLAKE2s, not a truncation"
+        );
         // Parts concatenate.
         assert_eq!(mac(&key, &[b"ab", b"c"]), mac(&key, &[b"abc"]));
         // Long keys and empty keys do not panic and give distinct, deterministic outputs.
@@ -284,6 +287,15 @@ mod tests {
         let mut want = [0u8; 16];
         h.finalize_variable(&mut want).unwrap();
         assert_eq!(mac(&[], &[b"hel", b"lo"]), want);
+        let mut m =
+            <Blake2sMac<blake2::digest::consts::U16> as blake2::digest::KeyInit>::new_from_slice(
+                &[],
+            )
+            .unwrap();
+        Update::update(&mut m, b"hello");
+        // Why `mac` special-cases the empty key: blake2 0.10's MAC type gives another answer.
+        // Should this start failing, blake2 fixed that and the special case may go.
+        assert_ne!(m.finalize_fixed().as_slice(), &want[..]);
     }
 
     #[test]
@@ -369,9 +381,18 @@ mod tests {
             bad[i] ^= 1;
             assert!(aead_open(&key, b"ad", &bad, &mut pt).is_err());
         }
-        assert_eq!(aead_open(&key, b"", &ct[..15], &mut []), Err(CryptoError::BadLength));
-        assert_eq!(aead_open(&key, b"", &ct, &mut [0u8; 3]), Err(CryptoError::BadLength));
-        assert_eq!(aead_seal(&key, b"", b"abc", &mut [0u8; 3]), Err(CryptoError::BadLength));
+        assert_eq!(
+            aead_open(&key, b"", &ct[..15], &mut []),
+            Err(CryptoError::BadLength)
+        );
+        assert_eq!(
+            aead_open(&key, b"", &ct, &mut [0u8; 3]),
+            Err(CryptoError::BadLength)
+        );
+        assert_eq!(
+            aead_seal(&key, b"", b"abc", &mut [0u8; 3]),
+            Err(CryptoError::BadLength)
+        );
         // Empty plaintext: just a tag (the response's "encrypted nothing").
         let mut tag = [0u8; 16];
         aead_seal(&key, b"h", &[], &mut tag).unwrap();

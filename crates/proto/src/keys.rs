@@ -414,7 +414,10 @@ mod tests {
             "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
         );
         let pk = PublicKey::from_bytes([0xff; 32]);
-        assert_eq!(pk.to_base64(), "//////////////////////////////////////////8=");
+        assert_eq!(
+            pk.to_base64(),
+            "//////////////////////////////////////////8="
+        );
         assert_eq!(PublicKey::from_base64(&pk.to_base64()), Ok(pk));
     }
 
@@ -461,10 +464,16 @@ mod tests {
         assert!(PublicKey::from_base64(&format!("{good}=")).is_err());
         let mut no_pad = good.clone();
         no_pad.replace_range(43.., "A");
-        assert_eq!(PublicKey::from_base64(&no_pad), Err(KeyError::Base64Character));
+        assert_eq!(
+            PublicKey::from_base64(&no_pad),
+            Err(KeyError::Base64Character)
+        );
         let mut bad_char = good.clone();
         bad_char.replace_range(5..6, "*");
-        assert_eq!(PublicKey::from_base64(&bad_char), Err(KeyError::Base64Character));
+        assert_eq!(
+            PublicKey::from_base64(&bad_char),
+            Err(KeyError::Base64Character)
+        );
         // Last data character with non-zero low bits: non-canonical.
         let mut noncanon = PublicKey::from_bytes([0; 32]).to_base64();
         noncanon.replace_range(42..43, "B");
@@ -476,7 +485,10 @@ mod tests {
         assert!(PublicKey::from_base64(&"é".repeat(22)).is_err());
         assert!(PublicKey::from_hex(&"é".repeat(32)).is_err());
         assert_eq!(PublicKey::from_hex("00"), Err(KeyError::HexLength(2)));
-        assert_eq!(PublicKey::from_hex(&"g".repeat(64)), Err(KeyError::HexDigit));
+        assert_eq!(
+            PublicKey::from_hex(&"g".repeat(64)),
+            Err(KeyError::HexDigit)
+        );
         assert!(PresharedKey::from_hex(&"0".repeat(65)).is_err());
     }
 

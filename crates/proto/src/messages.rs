@@ -138,9 +138,16 @@ impl fmt::Display for ParseError {
             ParseError::Truncated { len } => write!(f, "message of {len} bytes has no type word"),
             ParseError::UnknownType(t) => write!(f, "unknown message type word {t:#010x}"),
             ParseError::WrongType { expected, found } => {
-                write!(f, "expected a {expected:?} message, found type word {found:#010x}")
+                write!(
+                    f,
+                    "expected a {expected:?} message, found type word {found:#010x}"
+                )
             }
-            ParseError::WrongLength { kind, expected, actual } => {
+            ParseError::WrongLength {
+                kind,
+                expected,
+                actual,
+            } => {
                 write!(f, "{kind:?} message must be {expected} bytes, got {actual}")
             }
             ParseError::TransportTooShort { len } => write!(
@@ -179,7 +186,11 @@ pub fn classify(buf: &[u8]) -> Result<MessageType, ParseError> {
     if buf.len() == exact {
         Ok(kind)
     } else {
-        Err(ParseError::WrongLength { kind, expected: exact, actual: buf.len() })
+        Err(ParseError::WrongLength {
+            kind,
+            expected: exact,
+            actual: buf.len(),
+        })
     }
 }
 
@@ -187,7 +198,10 @@ pub fn classify(buf: &[u8]) -> Result<MessageType, ParseError> {
 fn exact<const N: usize>(buf: &[u8], kind: MessageType) -> Result<&[u8; N], ParseError> {
     let word = type_word(buf)?;
     if word != kind.code() {
-        return Err(ParseError::WrongType { expected: kind, found: word });
+        return Err(ParseError::WrongType {
+            expected: kind,
+            found: word,
+        });
     }
     <&[u8; N]>::try_from(buf).map_err(|_| ParseError::WrongLength {
         kind,
@@ -207,7 +221,11 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn new(buf: &'a [u8], kind: MessageType) -> Self {
-        Fields { rest: buf, kind, total: buf.len() }
+        Fields {
+            rest: buf,
+            kind,
+            total: buf.len(),
+        }
     }
 
     fn take<const N: usize>(&mut self) -> Result<&'a [u8; N], ParseError> {
@@ -404,7 +422,10 @@ impl TransportHeader {
     pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
         let word = type_word(buf)?;
         if word != MESSAGE_TRANSPORT {
-            return Err(ParseError::WrongType { expected: MessageType::Transport, found: word });
+            return Err(ParseError::WrongType {
+                expected: MessageType::Transport,
+                found: word,
+            });
         }
         if buf.len() < TRANSPORT_MIN_SIZE {
             return Err(ParseError::TransportTooShort { len: buf.len() });
@@ -413,7 +434,10 @@ impl TransportHeader {
         f.take::<4>()?;
         let receiver_index = f.u32()?;
         let counter = u64::from_le_bytes(*f.take::<8>()?);
-        Ok(TransportHeader { receiver_index, counter })
+        Ok(TransportHeader {
+            receiver_index,
+            counter,
+        })
     }
 
     /// Writes the header: type 4 with zero reserved bytes, receiver index, counter.
@@ -440,12 +464,21 @@ mod tests {
 
     #[test]
     fn layout_adds_up() {
-        assert_eq!(4 + 4 + KEY + ENCRYPTED_STATIC_SIZE + ENCRYPTED_TIMESTAMP_SIZE, INITIATION_MAC1_OFFSET);
+        assert_eq!(
+            4 + 4 + KEY + ENCRYPTED_STATIC_SIZE + ENCRYPTED_TIMESTAMP_SIZE,
+            INITIATION_MAC1_OFFSET
+        );
         assert_eq!(INITIATION_MAC1_OFFSET + MAC, INITIATION_MAC2_OFFSET);
         assert_eq!(INITIATION_MAC2_OFFSET + MAC, INITIATION_SIZE);
-        assert_eq!(4 + 4 + 4 + KEY + ENCRYPTED_NOTHING_SIZE, RESPONSE_MAC1_OFFSET);
+        assert_eq!(
+            4 + 4 + 4 + KEY + ENCRYPTED_NOTHING_SIZE,
+            RESPONSE_MAC1_OFFSET
+        );
         assert_eq!(RESPONSE_MAC2_OFFSET + MAC, RESPONSE_SIZE);
-        assert_eq!(4 + 4 + COOKIE_NONCE_SIZE + ENCRYPTED_COOKIE_SIZE, COOKIE_REPLY_SIZE);
+        assert_eq!(
+            4 + 4 + COOKIE_NONCE_SIZE + ENCRYPTED_COOKIE_SIZE,
+            COOKIE_REPLY_SIZE
+        );
         assert_eq!(TRANSPORT_MIN_SIZE, 32);
     }
 
@@ -462,10 +495,19 @@ mod tests {
     #[test]
     fn classify_rejects_bad_lengths_and_types() {
         for (ty, size) in [(1u32, 148usize), (2, 92), (3, 64)] {
-            assert!(matches!(classify(&msg(ty, size - 1)), Err(ParseError::WrongLength { .. })));
-            assert!(matches!(classify(&msg(ty, size + 1)), Err(ParseError::WrongLength { .. })));
+            assert!(matches!(
+                classify(&msg(ty, size - 1)),
+                Err(ParseError::WrongLength { .. })
+            ));
+            assert!(matches!(
+                classify(&msg(ty, size + 1)),
+                Err(ParseError::WrongLength { .. })
+            ));
         }
-        assert_eq!(classify(&msg(4, 31)), Err(ParseError::TransportTooShort { len: 31 }));
+        assert_eq!(
+            classify(&msg(4, 31)),
+            Err(ParseError::TransportTooShort { len: 31 })
+        );
         assert_eq!(classify(&[1, 0, 0]), Err(ParseError::Truncated { len: 3 }));
         assert_eq!(classify(&[]), Err(ParseError::Truncated { len: 0 }));
         assert_eq!(classify(&msg(5, 148)), Err(ParseError::UnknownType(5)));
@@ -487,23 +529,38 @@ mod tests {
     fn initiation_fields() {
         let m = msg(1, 148);
         let i = Initiation::parse(&m).unwrap();
-        assert_eq!(i.sender_index(), u32::from_le_bytes(m[4..8].try_into().unwrap()));
+        assert_eq!(
+            i.sender_index(),
+            u32::from_le_bytes(m[4..8].try_into().unwrap())
+        );
         assert_eq!(&i.ephemeral()[..], &m[8..40]);
         assert_eq!(&i.encrypted_static()[..], &m[40..88]);
         assert_eq!(&i.encrypted_timestamp()[..], &m[88..116]);
         assert_eq!(&i.mac1()[..], &m[116..132]);
         assert_eq!(&i.mac2()[..], &m[132..148]);
         assert_eq!(&i.bytes()[..], &m[..]);
-        assert!(matches!(Initiation::parse(&msg(2, 148)), Err(ParseError::WrongType { .. })));
-        assert!(matches!(Initiation::parse(&msg(1, 149)), Err(ParseError::WrongLength { .. })));
+        assert!(matches!(
+            Initiation::parse(&msg(2, 148)),
+            Err(ParseError::WrongType { .. })
+        ));
+        assert!(matches!(
+            Initiation::parse(&msg(1, 149)),
+            Err(ParseError::WrongLength { .. })
+        ));
     }
 
     #[test]
     fn response_fields() {
         let m = msg(2, 92);
         let r = Response::parse(&m).unwrap();
-        assert_eq!(r.sender_index(), u32::from_le_bytes(m[4..8].try_into().unwrap()));
-        assert_eq!(r.receiver_index(), u32::from_le_bytes(m[8..12].try_into().unwrap()));
+        assert_eq!(
+            r.sender_index(),
+            u32::from_le_bytes(m[4..8].try_into().unwrap())
+        );
+        assert_eq!(
+            r.receiver_index(),
+            u32::from_le_bytes(m[8..12].try_into().unwrap())
+        );
         assert_eq!(&r.ephemeral()[..], &m[12..44]);
         assert_eq!(&r.encrypted_nothing()[..], &m[44..60]);
         assert_eq!(&r.mac1()[..], &m[60..76]);
@@ -516,7 +573,10 @@ mod tests {
     fn cookie_reply_fields() {
         let m = msg(3, 64);
         let c = CookieReply::parse(&m).unwrap();
-        assert_eq!(c.receiver_index(), u32::from_le_bytes(m[4..8].try_into().unwrap()));
+        assert_eq!(
+            c.receiver_index(),
+            u32::from_le_bytes(m[4..8].try_into().unwrap())
+        );
         assert_eq!(&c.nonce()[..], &m[8..32]);
         assert_eq!(&c.encrypted_cookie()[..], &m[32..64]);
         assert!(CookieReply::parse(&msg(3, 65)).is_err());
@@ -524,14 +584,20 @@ mod tests {
 
     #[test]
     fn transport_header_round_trip() {
-        let h = TransportHeader { receiver_index: 0xdead_beef, counter: 0x0102_0304_0506_0708 };
+        let h = TransportHeader {
+            receiver_index: 0xdead_beef,
+            counter: 0x0102_0304_0506_0708,
+        };
         let mut out = [0xffu8; 16];
         h.write(&mut out);
         assert_eq!(&out[..4], &[4, 0, 0, 0]);
         assert_eq!(&out[4..8], &0xdead_beefu32.to_le_bytes());
         assert_eq!(&out[8..16], &0x0102_0304_0506_0708u64.to_le_bytes());
         let mut m = out.to_vec();
-        assert_eq!(TransportHeader::parse(&m), Err(ParseError::TransportTooShort { len: 16 }));
+        assert_eq!(
+            TransportHeader::parse(&m),
+            Err(ParseError::TransportTooShort { len: 16 })
+        );
         m.extend_from_slice(&[0; 16]);
         assert_eq!(TransportHeader::parse(&m), Ok(h));
         assert!(TransportHeader::parse(&msg(1, 148)).is_err());
@@ -540,7 +606,7 @@ mod tests {
     #[test]
     fn random_and_truncated_buffers_never_panic() {
         let mut rng = StdRng::seed_from_u64(0x5eed);
-        let mut buf = vec![0u8; 200];
+        let mut buf = [0u8; 200];
         for round in 0..5000 {
             let len = rng.gen_range(0..buf.len());
             rng.fill_bytes(&mut buf[..len]);

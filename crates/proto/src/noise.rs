@@ -165,7 +165,9 @@ impl StaticIdentity {
 
 impl fmt::Debug for StaticIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StaticIdentity").field("public", &self.public).finish_non_exhaustive()
+        f.debug_struct("StaticIdentity")
+            .field("public", &self.public)
+            .finish_non_exhaustive()
     }
 }
 
@@ -218,7 +220,11 @@ fn mix_key2(ck: &mut [u8; KEY_SIZE], data: &[u8]) -> Secret {
 }
 
 /// `ck = KDF1(ck, DH(private, public))`, the DH result wiped afterwards.
-fn mix_dh(ck: &mut [u8; KEY_SIZE], private: &PrivateKey, public: &PublicKey) -> Result<(), CryptoError> {
+fn mix_dh(
+    ck: &mut [u8; KEY_SIZE],
+    private: &PrivateKey,
+    public: &PublicKey,
+) -> Result<(), CryptoError> {
     let shared = secret(crypto::dh(private, public)?);
     mix_key(ck, &shared[..]);
     Ok(())
@@ -393,7 +399,12 @@ impl Handshake {
         let es = secret(crypto::dh(&ephemeral, &self.remote_static)?);
         let k = mix_key2(&mut ck, &es[..]);
         let mut enc_static = [0u8; ENCRYPTED_STATIC_SIZE];
-        aead_seal(&k, &h[..], identity.public_key().as_bytes(), &mut enc_static)?;
+        aead_seal(
+            &k,
+            &h[..],
+            identity.public_key().as_bytes(),
+            &mut enc_static,
+        )?;
         mix_hash(&mut h, &enc_static);
 
         let k = mix_key2(&mut ck, &self.static_static[..]);
@@ -422,7 +433,11 @@ impl Handshake {
 
     /// Initiator: consumes a 92-byte response to our outstanding initiation (state and
     /// receiver index checked). Does not check MACs. The handshake is unchanged on error.
-    pub fn consume_response(&mut self, identity: &StaticIdentity, msg: &[u8]) -> Result<(), HandshakeError> {
+    pub fn consume_response(
+        &mut self,
+        identity: &StaticIdentity,
+        msg: &[u8],
+    ) -> Result<(), HandshakeError> {
         let resp = Response::parse(msg)?;
         if self.state != HandshakeState::InitiationCreated {
             return Err(HandshakeError::WrongState {
@@ -524,7 +539,11 @@ impl Handshake {
             }
         };
         let (first, second) = kdf2(&self.chain_key, &[]);
-        let (send, recv) = if is_initiator { (first, second) } else { (second, first) };
+        let (send, recv) = if is_initiator {
+            (first, second)
+        } else {
+            (second, first)
+        };
         let keys = SessionKeys {
             send,
             recv,
@@ -573,7 +592,10 @@ impl fmt::Debug for InitiationCandidate {
 
 /// Responder, step 1: decrypts the initiator's static key. Needs no peer state, so the caller
 /// can look the peer up by the returned key.
-pub fn decrypt_initiation(identity: &StaticIdentity, msg: &[u8]) -> Result<InitiationCandidate, HandshakeError> {
+pub fn decrypt_initiation(
+    identity: &StaticIdentity,
+    msg: &[u8],
+) -> Result<InitiationCandidate, HandshakeError> {
     let init = Initiation::parse(msg)?;
     if identity.private_key().is_zero() {
         return Err(HandshakeError::NoPrivateKey);
@@ -643,7 +665,10 @@ impl InitiationCandidate {
         peer.remote_ephemeral = self.remote_ephemeral;
         peer.remote_index = self.sender_index;
         peer.last_timestamp = ts;
-        if peer.last_initiation_consumption.is_none_or(|last| now > last) {
+        if peer
+            .last_initiation_consumption
+            .is_none_or(|last| now > last)
+        {
             peer.last_initiation_consumption = Some(now);
         }
         peer.state = HandshakeState::InitiationConsumed;
@@ -651,12 +676,10 @@ impl InitiationCandidate {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::messages::{INITIATION_MAC1_OFFSET, RESPONSE_MAC1_OFFSET};
-    use core::time::Duration;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
@@ -689,7 +712,13 @@ mod tests {
         let r_id = StaticIdentity::new(PrivateKey::generate(&mut rng));
         let i = Handshake::new(&i_id, *r_id.public_key(), psk_i);
         let r = Handshake::new(&r_id, *i_id.public_key(), psk_r);
-        Pair { rng, i_id, r_id, i, r }
+        Pair {
+            rng,
+            i_id,
+            r_id,
+            i,
+            r,
+        }
     }
 
     fn pair(seed: u64) -> Pair {
@@ -697,7 +726,11 @@ mod tests {
     }
 
     /// Runs a full handshake i -> r and returns (initiator keys, responder keys).
-    fn full(p: &mut Pair, t: Tai64N, now: Instant) -> Result<(SessionKeys, SessionKeys), HandshakeError> {
+    fn full(
+        p: &mut Pair,
+        t: Tai64N,
+        now: Instant,
+    ) -> Result<(SessionKeys, SessionKeys), HandshakeError> {
         let init = p.i.create_initiation(&p.i_id, 0x1111, t, &mut p.rng)?;
         let cand = decrypt_initiation(&p.r_id, &init)?;
         cand.accept(&mut p.r, now)?;
@@ -811,9 +844,16 @@ mod tests {
         let r_id = StaticIdentity::new(PrivateKey::from_bytes(s_r));
         let mut hi = Handshake::new(&i_id, *r_id.public_key(), PresharedKey::from_bytes(psk));
         let mut hr = Handshake::new(&r_id, *i_id.public_key(), PresharedKey::from_bytes(psk));
-        let init = hi.create_initiation(&i_id, idx_i, stamp, &mut FixedRng(e_i.to_vec())).unwrap();
-        decrypt_initiation(&r_id, &init).unwrap().accept(&mut hr, ms(0)).unwrap();
-        let resp = hr.create_response(idx_r, &mut FixedRng(e_r.to_vec())).unwrap();
+        let init = hi
+            .create_initiation(&i_id, idx_i, stamp, &mut FixedRng(e_i.to_vec()))
+            .unwrap();
+        decrypt_initiation(&r_id, &init)
+            .unwrap()
+            .accept(&mut hr, ms(0))
+            .unwrap();
+        let resp = hr
+            .create_response(idx_r, &mut FixedRng(e_r.to_vec()))
+            .unwrap();
         hi.consume_response(&i_id, &resp).unwrap();
         let ki = hi.derive_keys().unwrap();
         let kr = hr.derive_keys().unwrap();
@@ -863,8 +903,14 @@ mod tests {
         assert_eq!(ki.recv, t[1]);
         assert_eq!(kr.send, t[1]);
         assert_eq!(kr.recv, t[0]);
-        assert_eq!((ki.local_index, ki.remote_index, ki.is_initiator), (idx_i, idx_r, true));
-        assert_eq!((kr.local_index, kr.remote_index, kr.is_initiator), (idx_r, idx_i, false));
+        assert_eq!(
+            (ki.local_index, ki.remote_index, ki.is_initiator),
+            (idx_i, idx_r, true)
+        );
+        assert_eq!(
+            (kr.local_index, kr.remote_index, kr.is_initiator),
+            (idx_r, idx_i, false)
+        );
     }
 
     #[test]
@@ -879,7 +925,9 @@ mod tests {
         assert_eq!(p.i.local_index(), None);
 
         // Reverse roles on the same handshake objects: r initiates, i responds.
-        let init = p.r.create_initiation(&p.r_id, 7, ts(2), &mut p.rng).unwrap();
+        let init =
+            p.r.create_initiation(&p.r_id, 7, ts(2), &mut p.rng)
+                .unwrap();
         assert_eq!(p.r.state(), HandshakeState::InitiationCreated);
         assert_eq!(p.r.local_index(), Some(7));
         let cand = decrypt_initiation(&p.i_id, &init).unwrap();
@@ -913,8 +961,15 @@ mod tests {
         assert_ne!(qi.send, ki.send, "the PSK changes the keys");
 
         let mut p = pair_with(3, psk, PresharedKey::from_bytes([0x78; 32]));
-        assert_eq!(full(&mut p, ts(1), ms(0)).err(), Some(HandshakeError::DecryptFailed));
-        assert_eq!(p.i.state(), HandshakeState::InitiationCreated, "failed response leaves state");
+        assert_eq!(
+            full(&mut p, ts(1), ms(0)).err(),
+            Some(HandshakeError::DecryptFailed)
+        );
+        assert_eq!(
+            p.i.state(),
+            HandshakeState::InitiationCreated,
+            "failed response leaves state"
+        );
         // set_preshared_key takes effect for the next handshake.
         p.r.set_preshared_key(p.i.preshared_key().clone());
         p.r.clear();
@@ -924,36 +979,72 @@ mod tests {
     #[test]
     fn replayed_timestamp_is_rejected() {
         let mut p = pair(4);
-        let init = p.i.create_initiation(&p.i_id, 1, ts(10), &mut p.rng).unwrap();
-        decrypt_initiation(&p.r_id, &init).unwrap().accept(&mut p.r, ms(0)).unwrap();
+        let init =
+            p.i.create_initiation(&p.i_id, 1, ts(10), &mut p.rng)
+                .unwrap();
+        decrypt_initiation(&p.r_id, &init)
+            .unwrap()
+            .accept(&mut p.r, ms(0))
+            .unwrap();
         // The very same message again, long after the flood window.
-        let again = decrypt_initiation(&p.r_id, &init).unwrap().accept(&mut p.r, ms(5000));
+        let again = decrypt_initiation(&p.r_id, &init)
+            .unwrap()
+            .accept(&mut p.r, ms(5000));
         assert_eq!(again, Err(HandshakeError::ReplayedTimestamp));
         // An older and an equal (whitened) timestamp are replays too.
-        let old = p.i.create_initiation(&p.i_id, 2, ts(9), &mut p.rng).unwrap();
-        let res = decrypt_initiation(&p.r_id, &old).unwrap().accept(&mut p.r, ms(6000));
+        let old =
+            p.i.create_initiation(&p.i_id, 2, ts(9), &mut p.rng)
+                .unwrap();
+        let res = decrypt_initiation(&p.r_id, &old)
+            .unwrap()
+            .accept(&mut p.r, ms(6000));
         assert_eq!(res, Err(HandshakeError::ReplayedTimestamp));
         let same = Tai64N::from_unix(1_700_000_010, 1000);
         let eq = p.i.create_initiation(&p.i_id, 3, same, &mut p.rng).unwrap();
-        let res = decrypt_initiation(&p.r_id, &eq).unwrap().accept(&mut p.r, ms(7000));
+        let res = decrypt_initiation(&p.r_id, &eq)
+            .unwrap()
+            .accept(&mut p.r, ms(7000));
         assert_eq!(res, Err(HandshakeError::ReplayedTimestamp));
         assert_eq!(p.r.last_timestamp(), ts(10));
-        let newer = p.i.create_initiation(&p.i_id, 4, ts(11), &mut p.rng).unwrap();
-        decrypt_initiation(&p.r_id, &newer).unwrap().accept(&mut p.r, ms(8000)).unwrap();
+        let newer =
+            p.i.create_initiation(&p.i_id, 4, ts(11), &mut p.rng)
+                .unwrap();
+        decrypt_initiation(&p.r_id, &newer)
+            .unwrap()
+            .accept(&mut p.r, ms(8000))
+            .unwrap();
     }
 
     #[test]
     fn flood_guard_20ms() {
         let mut p = pair(5);
-        let a = p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng).unwrap();
-        decrypt_initiation(&p.r_id, &a).unwrap().accept(&mut p.r, ms(0)).unwrap();
-        let b = p.i.create_initiation(&p.i_id, 2, ts(2), &mut p.rng).unwrap();
-        let res = decrypt_initiation(&p.r_id, &b).unwrap().accept(&mut p.r, ms(10));
+        let a =
+            p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng)
+                .unwrap();
+        decrypt_initiation(&p.r_id, &a)
+            .unwrap()
+            .accept(&mut p.r, ms(0))
+            .unwrap();
+        let b =
+            p.i.create_initiation(&p.i_id, 2, ts(2), &mut p.rng)
+                .unwrap();
+        let res = decrypt_initiation(&p.r_id, &b)
+            .unwrap()
+            .accept(&mut p.r, ms(10));
         assert_eq!(res, Err(HandshakeError::Flood));
-        let res = decrypt_initiation(&p.r_id, &b).unwrap().accept(&mut p.r, ms(20));
-        assert_eq!(res, Err(HandshakeError::Flood), "exactly 20 ms is still a flood");
+        let res = decrypt_initiation(&p.r_id, &b)
+            .unwrap()
+            .accept(&mut p.r, ms(20));
+        assert_eq!(
+            res,
+            Err(HandshakeError::Flood),
+            "exactly 20 ms is still a flood"
+        );
         assert_eq!(p.r.last_initiation_consumption(), Some(ms(0)));
-        decrypt_initiation(&p.r_id, &b).unwrap().accept(&mut p.r, ms(21)).unwrap();
+        decrypt_initiation(&p.r_id, &b)
+            .unwrap()
+            .accept(&mut p.r, ms(21))
+            .unwrap();
         assert_eq!(p.r.last_initiation_consumption(), Some(ms(21)));
         assert_eq!(p.r.state(), HandshakeState::InitiationConsumed);
     }
@@ -966,45 +1057,82 @@ mod tests {
         resp_like[0] = 2;
         assert!(matches!(
             p.i.consume_response(&p.i_id, &resp_like),
-            Err(HandshakeError::WrongState { actual: HandshakeState::Zeroed, .. })
+            Err(HandshakeError::WrongState {
+                actual: HandshakeState::Zeroed,
+                ..
+            })
         ));
         assert!(matches!(
             p.r.create_response(1, &mut p.rng),
-            Err(HandshakeError::WrongState { actual: HandshakeState::Zeroed, .. })
+            Err(HandshakeError::WrongState {
+                actual: HandshakeState::Zeroed,
+                ..
+            })
         ));
-        assert!(matches!(p.i.derive_keys(), Err(HandshakeError::WrongState { .. })));
+        assert!(matches!(
+            p.i.derive_keys(),
+            Err(HandshakeError::WrongState { .. })
+        ));
 
-        let init = p.i.create_initiation(&p.i_id, 0x42, ts(1), &mut p.rng).unwrap();
-        assert!(matches!(p.i.derive_keys(), Err(HandshakeError::WrongState { .. })));
-        decrypt_initiation(&p.r_id, &init).unwrap().accept(&mut p.r, ms(0)).unwrap();
-        assert!(matches!(p.r.derive_keys(), Err(HandshakeError::WrongState { .. })));
+        let init =
+            p.i.create_initiation(&p.i_id, 0x42, ts(1), &mut p.rng)
+                .unwrap();
+        assert!(matches!(
+            p.i.derive_keys(),
+            Err(HandshakeError::WrongState { .. })
+        ));
+        decrypt_initiation(&p.r_id, &init)
+            .unwrap()
+            .accept(&mut p.r, ms(0))
+            .unwrap();
+        assert!(matches!(
+            p.r.derive_keys(),
+            Err(HandshakeError::WrongState { .. })
+        ));
         let resp = p.r.create_response(0x99, &mut p.rng).unwrap();
 
         let mut wrong = resp;
         wrong[8..12].copy_from_slice(&0x43u32.to_le_bytes());
         assert_eq!(
             p.i.consume_response(&p.i_id, &wrong),
-            Err(HandshakeError::WrongIndex { expected: 0x42, received: 0x43 })
+            Err(HandshakeError::WrongIndex {
+                expected: 0x42,
+                received: 0x43
+            })
         );
         p.i.consume_response(&p.i_id, &resp).unwrap();
         // Consuming it a second time is a state error.
         assert!(matches!(
             p.i.consume_response(&p.i_id, &resp),
-            Err(HandshakeError::WrongState { actual: HandshakeState::ResponseConsumed, .. })
+            Err(HandshakeError::WrongState {
+                actual: HandshakeState::ResponseConsumed,
+                ..
+            })
         ));
         // A response is no initiation and vice versa.
-        assert!(matches!(decrypt_initiation(&p.r_id, &resp), Err(HandshakeError::Malformed(_))));
-        assert!(matches!(p.i.consume_response(&p.i_id, &init), Err(HandshakeError::Malformed(_))));
+        assert!(matches!(
+            decrypt_initiation(&p.r_id, &resp),
+            Err(HandshakeError::Malformed(_))
+        ));
+        assert!(matches!(
+            p.i.consume_response(&p.i_id, &init),
+            Err(HandshakeError::Malformed(_))
+        ));
         let k = p.i.derive_keys().unwrap();
         assert_eq!(k.remote_index, 0x99);
         // After derive_keys, a fresh initiation works from Zeroed.
-        assert!(matches!(p.i.derive_keys(), Err(HandshakeError::WrongState { .. })));
+        assert!(matches!(
+            p.i.derive_keys(),
+            Err(HandshakeError::WrongState { .. })
+        ));
     }
 
     #[test]
     fn tampered_initiation_bytes_fail() {
         let mut p = pair(7);
-        let init = p.i.create_initiation(&p.i_id, 0x5555, ts(1), &mut p.rng).unwrap();
+        let init =
+            p.i.create_initiation(&p.i_id, 0x5555, ts(1), &mut p.rng)
+                .unwrap();
         for pos in 0..INITIATION_SIZE {
             for bit in [0x01u8, 0x80] {
                 let mut m = init;
@@ -1034,8 +1162,13 @@ mod tests {
         for pos in 0..RESPONSE_SIZE {
             // A fresh exchange per position, so an accepted (unauthenticated) byte does not
             // leave the initiator in a later state for the next position.
-            let init = p.i.create_initiation(&p.i_id, 0x5555, ts(1 + pos as u64), &mut p.rng).unwrap();
-            decrypt_initiation(&p.r_id, &init).unwrap().accept(&mut p.r, ms(100 * pos as u64)).unwrap();
+            let init =
+                p.i.create_initiation(&p.i_id, 0x5555, ts(1 + pos as u64), &mut p.rng)
+                    .unwrap();
+            decrypt_initiation(&p.r_id, &init)
+                .unwrap()
+                .accept(&mut p.r, ms(100 * pos as u64))
+                .unwrap();
             let resp = p.r.create_response(0x6666, &mut p.rng).unwrap();
             let mut m = resp;
             m[pos] ^= 0x04;
@@ -1070,21 +1203,41 @@ mod tests {
         let none = StaticIdentity::new(PrivateKey::from_bytes([0; 32]));
         let mut h = Handshake::new(&none, *id.public_key(), PresharedKey::zero());
         assert!(!h.can_handshake());
-        assert_eq!(h.create_initiation(&none, 1, ts(1), &mut rng).err(), Some(HandshakeError::NoPrivateKey));
+        assert_eq!(
+            h.create_initiation(&none, 1, ts(1), &mut rng).err(),
+            Some(HandshakeError::NoPrivateKey)
+        );
 
         // A low-order ephemeral in an initiation or a response.
         let mut p = pair(10);
-        let mut init = p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng).unwrap();
+        let mut init =
+            p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng)
+                .unwrap();
         let good_init = init;
         init[8..40].copy_from_slice(&ORDER8);
-        assert_eq!(decrypt_initiation(&p.r_id, &init).err(), Some(HandshakeError::ZeroSharedSecret));
+        assert_eq!(
+            decrypt_initiation(&p.r_id, &init).err(),
+            Some(HandshakeError::ZeroSharedSecret)
+        );
         init[8..40].copy_from_slice(&[0; 32]);
-        assert_eq!(decrypt_initiation(&p.r_id, &init).err(), Some(HandshakeError::ZeroSharedSecret));
-        assert_eq!(decrypt_initiation(&none, &good_init).err(), Some(HandshakeError::NoPrivateKey));
-        decrypt_initiation(&p.r_id, &good_init).unwrap().accept(&mut p.r, ms(0)).unwrap();
+        assert_eq!(
+            decrypt_initiation(&p.r_id, &init).err(),
+            Some(HandshakeError::ZeroSharedSecret)
+        );
+        assert_eq!(
+            decrypt_initiation(&none, &good_init).err(),
+            Some(HandshakeError::NoPrivateKey)
+        );
+        decrypt_initiation(&p.r_id, &good_init)
+            .unwrap()
+            .accept(&mut p.r, ms(0))
+            .unwrap();
         let mut resp = p.r.create_response(2, &mut p.rng).unwrap();
         resp[12..44].copy_from_slice(&ORDER8);
-        assert_eq!(p.i.consume_response(&p.i_id, &resp), Err(HandshakeError::ZeroSharedSecret));
+        assert_eq!(
+            p.i.consume_response(&p.i_id, &resp),
+            Err(HandshakeError::ZeroSharedSecret)
+        );
     }
 
     #[test]
@@ -1092,17 +1245,27 @@ mod tests {
         let mut p = pair(11);
         let other = StaticIdentity::new(PrivateKey::generate(&mut p.rng));
         let mut wrong_peer = Handshake::new(&p.r_id, *other.public_key(), PresharedKey::zero());
-        let init = p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng).unwrap();
-        let res = decrypt_initiation(&p.r_id, &init).unwrap().accept(&mut wrong_peer, ms(0));
+        let init =
+            p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng)
+                .unwrap();
+        let res = decrypt_initiation(&p.r_id, &init)
+            .unwrap()
+            .accept(&mut wrong_peer, ms(0));
         assert_eq!(res, Err(HandshakeError::PeerMismatch));
         // An initiation for another responder does not decrypt.
-        assert_eq!(decrypt_initiation(&other, &init).err(), Some(HandshakeError::DecryptFailed));
+        assert_eq!(
+            decrypt_initiation(&other, &init).err(),
+            Some(HandshakeError::DecryptFailed)
+        );
 
         // The responder changes its private key: the initiator's old view fails, and after
         // both sides learn the new key the handshake works again.
         let new_r = StaticIdentity::new(PrivateKey::generate(&mut p.rng));
         p.r.recompute_static_static(&new_r);
-        assert_eq!(decrypt_initiation(&new_r, &init).err(), Some(HandshakeError::DecryptFailed));
+        assert_eq!(
+            decrypt_initiation(&new_r, &init).err(),
+            Some(HandshakeError::DecryptFailed)
+        );
         p.r_id = new_r;
         p.i = Handshake::new(&p.i_id, *p.r_id.public_key(), PresharedKey::zero());
         full(&mut p, ts(2), ms(100)).unwrap();
@@ -1112,7 +1275,9 @@ mod tests {
     fn random_input_never_panics() {
         let mut p = pair(12);
         let mut rng = StdRng::seed_from_u64(99);
-        let init = p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng).unwrap();
+        let init =
+            p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng)
+                .unwrap();
         for round in 0..3000 {
             let len = match round % 3 {
                 0 => INITIATION_SIZE,
@@ -1130,7 +1295,6 @@ mod tests {
             assert!(p.i.consume_response(&p.i_id, &buf).is_err());
             assert_eq!(p.i.state(), HandshakeState::InitiationCreated);
         }
-        let _ = init;
     }
 
     #[test]
@@ -1143,10 +1307,13 @@ mod tests {
         assert_eq!(&p.r.chain_key[..], &[0u8; 32]);
         assert_eq!(&p.r.hash[..], &[0u8; 32]);
         assert!(p.r.local_ephemeral.is_none());
-        let old = p.i.create_initiation(&p.i_id, 1, ts(5), &mut p.rng).unwrap();
-        let res = decrypt_initiation(&p.r_id, &old).unwrap().accept(&mut p.r, ms(1000));
+        let old =
+            p.i.create_initiation(&p.i_id, 1, ts(5), &mut p.rng)
+                .unwrap();
+        let res = decrypt_initiation(&p.r_id, &old)
+            .unwrap()
+            .accept(&mut p.r, ms(1000));
         assert_eq!(res, Err(HandshakeError::ReplayedTimestamp));
-        let _ = Duration::ZERO;
         let dbg = format!("{:?} {:?}", p.i, p.i_id);
         assert!(!dbg.contains(&p.i_id.private_key().to_hex()));
     }

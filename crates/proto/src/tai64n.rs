@@ -92,7 +92,10 @@ mod tests {
         let a = Tai64N::from_unix(10, 999_999_999);
         let b = Tai64N::from_unix(11, 0);
         assert!(b.is_after(&a));
-        assert_eq!(Tai64N::from_unix(10, 1_500_000_000), Tai64N::from_unix(11, 500_000_000));
+        assert_eq!(
+            Tai64N::from_unix(10, 1_500_000_000),
+            Tai64N::from_unix(11, 500_000_000)
+        );
         assert!(a.is_after(&Tai64N::ZERO));
         assert!(!Tai64N::ZERO.is_after(&Tai64N::ZERO));
         assert_eq!(Tai64N::from_bytes(*a.as_bytes()), a);

@@ -94,7 +94,9 @@ impl LinuxTun {
         let mtu16 = u16::try_from(mtu)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "MTU above 65535"))?;
         let build = |offload: bool| {
-            let mut b = tun_rs::DeviceBuilder::new().offload(offload).inherit_enable_state();
+            let mut b = tun_rs::DeviceBuilder::new()
+                .offload(offload)
+                .inherit_enable_state();
             if !name.is_empty() {
                 b = b.name(name);
             }
@@ -119,7 +121,10 @@ impl LinuxTun {
     pub fn from_fd(fd: OwnedFd, mtu: u32) -> io::Result<Self> {
         let (name, flags) = sys::tun_get_iff(fd.as_fd())?;
         if flags & libc::IFF_TUN == 0 || flags & libc::IFF_TAP != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a layer-3 TUN fd"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a layer-3 TUN fd",
+            ));
         }
         let vnet = flags & libc::IFF_VNET_HDR != 0;
         let tcp = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
@@ -233,7 +238,12 @@ impl LinuxTun {
         }
     }
 
-    fn read_offload(&self, bufs: &mut [&mut [u8]], sizes: &mut [usize], offset: usize) -> io::Result<usize> {
+    fn read_offload(
+        &self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        offset: usize,
+    ) -> io::Result<usize> {
         let mut frame = self.read_frame.lock();
         loop {
             let n = self.read_once(&mut frame)?;
@@ -256,7 +266,12 @@ impl LinuxTun {
         }
     }
 
-    fn write_offload(&self, bufs: &mut [&mut [u8]], sizes: &[usize], offset: usize) -> io::Result<()> {
+    fn write_offload(
+        &self,
+        bufs: &mut [&mut [u8]],
+        sizes: &[usize],
+        offset: usize,
+    ) -> io::Result<()> {
         let mut gro = self.gro.lock();
         gro.coalesce(bufs, sizes, offset, self.uso)?;
         let mut first_err = None;
@@ -271,15 +286,25 @@ impl LinuxTun {
                 }
             }
         }
-        self.stats.gro_coalesced.fetch_add(gro.coalesced() as u64, Relaxed);
+        self.stats
+            .gro_coalesced
+            .fetch_add(gro.coalesced() as u64, Relaxed);
         first_err.map_or(Ok(()), Err)
     }
 }
 
 impl Device for LinuxTun {
-    fn read(&self, bufs: &mut [&mut [u8]], sizes: &mut [usize], offset: usize) -> io::Result<usize> {
+    fn read(
+        &self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        offset: usize,
+    ) -> io::Result<usize> {
         if bufs.is_empty() || sizes.len() < bufs.len() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no buffers or too few sizes"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no buffers or too few sizes",
+            ));
         }
         if self.vnet {
             return self.read_offload(bufs, sizes, offset);
@@ -299,10 +324,15 @@ impl Device for LinuxTun {
             return Err(closed());
         }
         if bufs.len() != sizes.len() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bufs and sizes differ in length"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bufs and sizes differ in length",
+            ));
         }
         self.stats.writes.fetch_add(1, Relaxed);
-        self.stats.packets_written.fetch_add(bufs.len() as u64, Relaxed);
+        self.stats
+            .packets_written
+            .fetch_add(bufs.len() as u64, Relaxed);
         if self.vnet {
             self.write_offload(bufs, sizes, offset)?;
         } else {
@@ -311,7 +341,9 @@ impl Device for LinuxTun {
                 let pkt = offset
                     .checked_add(n)
                     .and_then(|end| b.get(offset..end))
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "packet outside buffer"))?;
+                    .ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::InvalidInput, "packet outside buffer")
+                    })?;
                 self.write_once(pkt)?;
             }
         }

@@ -122,6 +122,8 @@ impl RecvBatch {
         let got = (r as usize).min(n);
         for (i, m) in meta.iter_mut().take(got).enumerate() {
             let h = &self.hdrs[i];
+            // `msg_controllen` is `size_t` on glibc but `socklen_t` on musl.
+            #[allow(clippy::unnecessary_cast)]
             let clen = (h.msg_hdr.msg_controllen as usize).min(CMSG_BUF_LEN);
             let parsed = cmsg::parse(&self.ctrl[i].as_bytes()[..clen]);
             *m = RecvMeta {

@@ -78,12 +78,16 @@ struct SendScratch {
 }
 
 /// The Linux batched UDP bind (`conn.StdNetBind`).
+///
+/// `open` returns the IPv4 receive function first, then the IPv6 one (either may be missing
+/// when the system lacks that family). Receive functions accept buffers of any size: with UDP
+/// GRO they copy segments out of a private 128 KiB scratch area per reader.
 pub struct StdNetBind {
     state: RwLock<State>,
     mark: AtomicU32,
     offload: bool,
     stats: Arc<Stats>,
-    send_pool: Mutex<Vec<Box<SendScratch>>>,
+    send_pool: Mutex<Vec<SendScratch>>,
 }
 
 impl Default for StdNetBind {
@@ -225,11 +229,9 @@ impl Bind for StdNetBind {
         } else {
             MAX_V4_PAYLOAD
         };
-        let mut scratch = self.send_pool.lock().pop().unwrap_or_else(|| {
-            Box::new(SendScratch {
-                batch: SendBatch::new(IDEAL_BATCH_SIZE),
-                plans: Vec::with_capacity(IDEAL_BATCH_SIZE),
-            })
+        let mut scratch = self.send_pool.lock().pop().unwrap_or_else(|| SendScratch {
+            batch: SendBatch::new(IDEAL_BATCH_SIZE),
+            plans: Vec::with_capacity(IDEAL_BATCH_SIZE),
         });
         let mut sent = Sent::default();
         let result = {
@@ -237,7 +239,7 @@ impl Bind for StdNetBind {
             match guard.as_ref() {
                 None => Err(err_closed()),
                 Some(sock) => {
-                    let SendScratch { batch, plans } = &mut *scratch;
+                    let SendScratch { batch, plans } = &mut scratch;
                     let mut result = Ok(());
                     for chunk in bufs.chunks(IDEAL_BATCH_SIZE) {
                         let r = send_all(

@@ -226,6 +226,9 @@ impl Reader {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
+            if got == 0 {
+                continue;
+            }
             let meta = &self.meta[..got.min(self.meta.len())];
             match self.gro.as_mut() {
                 Some(gro) => {

@@ -25,7 +25,12 @@ const NLMSG_DONE: u16 = 3;
 /// Calls `emit` for each event the netlink datagram `msgs` carries for interface `ifindex`;
 /// `was_up` remembers whether Up was ever seen (Down is only reported after it). Stops early
 /// when `emit` returns false. Truncated or malformed messages end the parse.
-pub(crate) fn link_events(msgs: &[u8], ifindex: i32, was_up: &mut bool, emit: &mut dyn FnMut(Event) -> bool) {
+pub(crate) fn link_events(
+    msgs: &[u8],
+    ifindex: i32,
+    was_up: &mut bool,
+    emit: &mut dyn FnMut(Event) -> bool,
+) {
     let mut rest = msgs;
     while rest.len() >= NLMSG_HDR_LEN {
         let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
@@ -68,56 +73,58 @@ pub(crate) fn spawn(
     tx: Sender<Event>,
     stop: Receiver<()>,
 ) -> io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name("tun-events".into()).spawn(move || {
-        let send = |ev: Event| -> bool {
-            select! {
-                send(tx, ev) -> r => r.is_ok(),
-                recv(stop) -> _ => false,
-            }
-        };
-        let mut was_up = initially_up;
-        if initially_up && !send(Event::Up) {
-            return;
-        }
-        // Allocated once per device: the largest link notification is a few KiB.
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match sys::poll_or_wake(nl.as_raw_fd(), libc::POLLIN, wake.as_fd()) {
-                Ok(false) => {}
-                Ok(true) => return,
-                Err(e) => {
-                    tracing::warn!("tun events: poll failed, events stop: {e}");
-                    return;
+    std::thread::Builder::new()
+        .name("tun-events".into())
+        .spawn(move || {
+            let send = |ev: Event| -> bool {
+                select! {
+                    send(tx, ev) -> r => r.is_ok(),
+                    recv(stop) -> _ => false,
                 }
+            };
+            let mut was_up = initially_up;
+            if initially_up && !send(Event::Up) {
+                return;
             }
+            // Allocated once per device: the largest link notification is a few KiB.
+            let mut buf = vec![0u8; 16 * 1024];
             loop {
-                match sys::read(nl.as_raw_fd(), &mut buf) {
-                    Ok(n) => {
-                        let mut keep = true;
-                        link_events(&buf[..n], ifindex, &mut was_up, &mut |e| {
-                            keep = send(e);
-                            keep
-                        });
-                        if !keep {
-                            return;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    // Notifications were lost; the MTU may have changed meanwhile.
-                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                        if !send(Event::MtuUpdate) {
-                            return;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                match sys::poll_or_wake(nl.as_raw_fd(), libc::POLLIN, wake.as_fd()) {
+                    Ok(false) => {}
+                    Ok(true) => return,
                     Err(e) => {
-                        tracing::warn!("tun events: netlink read failed, events stop: {e}");
+                        tracing::warn!("tun events: poll failed, events stop: {e}");
                         return;
                     }
                 }
+                loop {
+                    match sys::read(nl.as_raw_fd(), &mut buf) {
+                        Ok(n) => {
+                            let mut keep = true;
+                            link_events(&buf[..n], ifindex, &mut was_up, &mut |e| {
+                                keep = send(e);
+                                keep
+                            });
+                            if !keep {
+                                return;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        // Notifications were lost; the MTU may have changed meanwhile.
+                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                            if !send(Event::MtuUpdate) {
+                                return;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            tracing::warn!("tun events: netlink read failed, events stop: {e}");
+                            return;
+                        }
+                    }
+                }
             }
-        }
-    })
+        })
 }
 
 #[cfg(test)]

@@ -32,7 +32,10 @@ fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
     let mut req: libc::ifreq = unsafe { mem::zeroed() };
     let bytes = name.as_bytes();
     if bytes.len() >= req.ifr_name.len() || bytes.contains(&0) {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "bad interface name",
+        ));
     }
     for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
@@ -57,13 +60,22 @@ pub(crate) fn tun_get_iff(fd: BorrowedFd<'_>) -> io::Result<(String, libc::c_int
     let name = unsafe { CStr::from_ptr(req.ifr_name.as_ptr()) };
     // SAFETY: TUNGETIFF fills ifru_flags, so reading that union member is initialized data.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
-    Ok((name.to_string_lossy().into_owned(), libc::c_int::from(flags) & 0xffff))
+    Ok((
+        name.to_string_lossy().into_owned(),
+        libc::c_int::from(flags) & 0xffff,
+    ))
 }
 
 /// `TUNSETOFFLOAD` with `TUN_F_*` flags.
 pub(crate) fn tun_set_offload(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result<()> {
     // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is passed.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD as _, flags as libc::c_ulong) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TUNSETOFFLOAD as _,
+            flags as libc::c_ulong,
+        )
+    })?;
     Ok(())
 }
 
@@ -72,7 +84,11 @@ pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: F_GETFL/F_SETFL on a valid fd pass no memory.
     unsafe {
         let fl = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
-        cvt(libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK))?;
+        cvt(libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_SETFL,
+            fl | libc::O_NONBLOCK,
+        ))?;
     }
     Ok(())
 }
@@ -107,8 +123,8 @@ pub(crate) fn if_mtu(ctl: BorrowedFd<'_>, name: &str) -> io::Result<u32> {
 /// `SIOCSIFMTU`.
 pub(crate) fn set_if_mtu(ctl: BorrowedFd<'_>, name: &str, mtu: u32) -> io::Result<()> {
     let mut req = ifreq_named(name)?;
-    req.ifr_ifru.ifru_mtu =
-        libc::c_int::try_from(mtu).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "MTU too large"))?;
+    req.ifr_ifru.ifru_mtu = libc::c_int::try_from(mtu)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "MTU too large"))?;
     if_ioctl(ctl, libc::SIOCSIFMTU, &mut req)
 }
 
@@ -149,11 +165,23 @@ pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Waits until `fd` has `events` (POLLIN or POLLOUT) or `wake` is readable, without a
 /// timeout. Returns whether `wake` fired. EINTR is retried.
-pub(crate) fn poll_or_wake(fd: RawFd, events: libc::c_short, wake: BorrowedFd<'_>) -> io::Result<bool> {
+pub(crate) fn poll_or_wake(
+    fd: RawFd,
+    events: libc::c_short,
+    wake: BorrowedFd<'_>,
+) -> io::Result<bool> {
     loop {
         let mut fds = [
-            libc::pollfd { fd, events, revents: 0 },
-            libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: fds is a valid array of 2 pollfd for the duration of the call.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };

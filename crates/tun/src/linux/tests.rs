@@ -91,9 +91,15 @@ fn create_mtu_and_offload_flags() {
         assert_eq!(tun.mtu().unwrap(), 1420);
         tun.set_mtu(1380).unwrap();
         assert_eq!(tun.mtu().unwrap(), 1380);
-        let out = Command::new("ip").args(["link", "show", "vt0"]).output().unwrap();
+        let out = Command::new("ip")
+            .args(["link", "show", "vt0"])
+            .output()
+            .unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains("mtu 1380"));
-        assert!(tun.offload_enabled(), "this kernel supports IFF_VNET_HDR with TSO");
+        assert!(
+            tun.offload_enabled(),
+            "this kernel supports IFF_VNET_HDR with TSO"
+        );
         assert_eq!(tun.batch_size(), 128);
         eprintln!("USO: {}", tun.uso_enabled());
         assert!(tun.set_mtu(70_000).is_err());
@@ -104,13 +110,21 @@ fn create_mtu_and_offload_flags() {
 fn from_fd_with_and_without_virtio_header() {
     require_root!();
     Netns::new().run(|| {
-        let plain = tun_rs::DeviceBuilder::new().name("vt1").offload(false).build_sync().unwrap();
+        let plain = tun_rs::DeviceBuilder::new()
+            .name("vt1")
+            .offload(false)
+            .build_sync()
+            .unwrap();
         let tun = LinuxTun::from_fd(sys::into_owned_fd(plain), 1300).unwrap();
         assert!(!tun.offload_enabled() && !tun.uso_enabled());
         assert_eq!((tun.batch_size(), tun.mtu().unwrap()), (1, 1300));
         udp_both_ways(&tun, "vt1", 1);
 
-        let vnet = tun_rs::DeviceBuilder::new().name("vt2").offload(true).build_sync().unwrap();
+        let vnet = tun_rs::DeviceBuilder::new()
+            .name("vt2")
+            .offload(true)
+            .build_sync()
+            .unwrap();
         let tun = LinuxTun::from_fd(sys::into_owned_fd(vnet), 0).unwrap();
         assert!(tun.offload_enabled());
         assert_eq!(tun.batch_size(), 128);
@@ -125,7 +139,8 @@ fn udp_both_ways(tun: &LinuxTun, name: &str, net: u8) {
     ip(&["link", "set", name, "up"]);
     let sock = UdpSocket::bind(SocketAddrV4::new(local, 0)).unwrap();
     let port = sock.local_addr().unwrap().port();
-    sock.send_to(b"to the tun", (Ipv4Addr::new(100, 64, net, 2), 4000)).unwrap();
+    sock.send_to(b"to the tun", (Ipv4Addr::new(100, 64, net, 2), 4000))
+        .unwrap();
 
     let mut storage = vec![vec![0u8; OFF + 2000]; tun.batch_size()];
     let mut sizes = vec![0usize; storage.len()];
@@ -179,7 +194,10 @@ fn up_down_and_mtu_events() {
         // Disconnected once drained.
         let deadline = Instant::now() + Duration::from_secs(2);
         while rx.recv_deadline(deadline).is_ok() {}
-        assert!(matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected)));
+        assert!(matches!(
+            rx.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ));
     });
 }
 
@@ -207,9 +225,12 @@ fn close_wakes_a_blocked_read_promptly() {
             let (r, woke_at) = reader.join().unwrap();
             assert_eq!(r, Err(io::ErrorKind::BrokenPipe));
             let took = woke_at.saturating_duration_since(closed_at);
-            assert!(took < Duration::from_millis(500), "read woke after {took:?}");
+            assert!(
+                took < Duration::from_millis(500),
+                "read woke after {took:?}"
+            );
         });
-        let mut b = vec![0u8; 100];
+        let mut b = [0u8; 100];
         assert!(tun.read(&mut [&mut b[..]], &mut [0], OFF).is_err());
         assert!(tun.write(&mut [&mut b[..]], &[20], OFF).is_err());
         drop(rx);
@@ -277,7 +298,8 @@ fn tcp_stream_is_split_on_read_and_coalesced_on_write() {
 
             let server = s.spawn(|| {
                 let (mut conn, _) = listener.accept().unwrap();
-                conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                conn.set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
                 let mut got = 0usize;
                 let mut buf = vec![0u8; 256 * 1024];
                 loop {
@@ -310,7 +332,10 @@ fn tcp_stream_is_split_on_read_and_coalesced_on_write() {
                 TOTAL >> 20
             );
             assert!(st.gso_splits > 0, "reads split super-packets: {st:?}");
-            assert!(st.packets_read > st.reads, "more packets than reads: {st:?}");
+            assert!(
+                st.packets_read > st.reads,
+                "more packets than reads: {st:?}"
+            );
             assert!(st.gro_coalesced > 0, "writes coalesced segments: {st:?}");
             assert!(st.packets_written > st.writes, "batched writes: {st:?}");
             tun.close().unwrap();

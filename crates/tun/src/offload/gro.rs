@@ -75,12 +75,22 @@ struct FlowKey {
 
 impl FlowKey {
     fn new(pkt: &[u8], v6: bool, th_at: usize, ack: u32) -> Self {
-        let (at, n) = if v6 { (IPV6_SRC_AT, 16) } else { (IPV4_SRC_AT, 4) };
+        let (at, n) = if v6 {
+            (IPV6_SRC_AT, 16)
+        } else {
+            (IPV4_SRC_AT, 4)
+        };
         let mut src = [0u8; 16];
         let mut dst = [0u8; 16];
         src[..n].copy_from_slice(&pkt[at..at + n]);
         dst[..n].copy_from_slice(&pkt[at + n..at + 2 * n]);
-        Self { src, dst, ports: be32(pkt, th_at), ack, v6 }
+        Self {
+            src,
+            dst,
+            ports: be32(pkt, th_at),
+            ack,
+            v6,
+        }
     }
 }
 
@@ -209,7 +219,10 @@ impl GroTable {
             return Err(invalid("offset leaves no room for the virtio header"));
         }
         for (b, &n) in bufs.iter().zip(sizes) {
-            if offset.checked_add(n).is_none_or(|end| end > b.as_ref().len()) {
+            if offset
+                .checked_add(n)
+                .is_none_or(|end| end > b.as_ref().len())
+            {
                 return Err(invalid("packet size runs past its buffer"));
             }
         }
@@ -529,14 +542,19 @@ fn finish_ip_and_pseudo(pkt: &mut [u8], iph: usize, v6: bool, proto: u8, csum_of
         put16(pkt, 10, c);
         (IPV4_SRC_AT, 4)
     };
-    let psum = pseudo_header_no_fold(proto, &pkt[at..at + n], &pkt[at + n..at + 2 * n], transport_len);
+    let psum = pseudo_header_no_fold(
+        proto,
+        &pkt[at..at + n],
+        &pkt[at + n..at + 2 * n],
+        transport_len,
+    );
     put16(pkt, iph + csum_offset, checksum(&[], psum));
 }
 
 /// The IP header length of a GRO candidate if its length fields match the buffer, it is not
 /// an IPv4 fragment and it is at most 65 535 bytes.
 fn ip_layout(pkt: &[u8], v6: bool, len: usize) -> Option<usize> {
-    if len > MAX_PACKET || len < 20 {
+    if !(20..=MAX_PACKET).contains(&len) {
         return None;
     }
     if v6 {
@@ -601,9 +619,7 @@ fn tcp_fit<B: AsRef<[u8]>>(
     if seq == item.seq.wrapping_add(item_bytes) {
         // After the item: not past a PSH, not after a short segment, not larger.
         let target_payload = target.len() - iph_len - tcph_len;
-        if item.psh
-            || target_payload % usize::from(item.gso_size) != 0
-            || gso_size > item.gso_size
+        if item.psh || target_payload % usize::from(item.gso_size) != 0 || gso_size > item.gso_size
         {
             return Fit::No;
         }
@@ -622,11 +638,20 @@ fn tcp_fit<B: AsRef<[u8]>>(
 /// Whether the transport checksum of `pkt` (with its pseudo-header) verifies.
 pub(crate) fn checksum_valid(pkt: &[u8], iph_len: u8, proto: u8, v6: bool) -> bool {
     let iph = usize::from(iph_len);
-    let (at, n) = if v6 { (IPV6_SRC_AT, 16) } else { (IPV4_SRC_AT, 4) };
+    let (at, n) = if v6 {
+        (IPV6_SRC_AT, 16)
+    } else {
+        (IPV4_SRC_AT, 4)
+    };
     if pkt.len() < iph.max(at + 2 * n) || pkt.len() > MAX_PACKET {
         return false;
     }
-    let psum = pseudo_header_no_fold(proto, &pkt[at..at + n], &pkt[at + n..at + 2 * n], (pkt.len() - iph) as u16);
+    let psum = pseudo_header_no_fold(
+        proto,
+        &pkt[at..at + n],
+        &pkt[at + n..at + 2 * n],
+        (pkt.len() - iph) as u16,
+    );
     !checksum(&pkt[iph..], psum) == 0
 }
 

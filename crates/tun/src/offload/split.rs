@@ -39,7 +39,8 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
     if bufs.is_empty() || sizes.len() < bufs.len() {
         return Err(invalid("need at least one buffer and a size per buffer"));
     }
-    let hdr = VirtioHdr::decode(frame).ok_or_else(|| invalid("frame shorter than virtio header"))?;
+    let hdr =
+        VirtioHdr::decode(frame).ok_or_else(|| invalid("frame shorter than virtio header"))?;
     let pkt = &mut frame[VIRTIO_NET_HDR_LEN..];
     if pkt.is_empty() {
         return Err(invalid("empty packet after virtio header"));
@@ -47,7 +48,11 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
 
     if hdr.gso_type == VIRTIO_NET_HDR_GSO_NONE {
         if hdr.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-            complete_checksum(pkt, usize::from(hdr.csum_start), usize::from(hdr.csum_offset))?;
+            complete_checksum(
+                pkt,
+                usize::from(hdr.csum_start),
+                usize::from(hdr.csum_offset),
+            )?;
         }
         let out = bufs[0]
             .as_mut()
@@ -56,7 +61,11 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
             .ok_or_else(|| invalid("packet larger than the read buffer"))?;
         out.copy_from_slice(pkt);
         sizes[0] = pkt.len();
-        return Ok(Split { packets: 1, segmented: false, truncated: false });
+        return Ok(Split {
+            packets: 1,
+            segmented: false,
+            truncated: false,
+        });
     }
 
     if hdr.gso_size == 0 {
@@ -114,7 +123,11 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
         csum_offset: hdr.csum_offset,
     };
     let packets = tun_rs::gso_split(&mut pkt[..len], tun_hdr, bufs, sizes, offset, v6)?;
-    Ok(Split { packets, segmented: true, truncated })
+    Ok(Split {
+        packets,
+        segmented: true,
+        truncated,
+    })
 }
 
 /// Completes a CHECKSUM_PARTIAL packet: the field at `start + off` holds the pseudo-header sum;

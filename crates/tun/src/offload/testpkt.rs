@@ -16,14 +16,22 @@ pub(crate) struct Ep {
 }
 
 pub(crate) const fn ep4(a: [u8; 4], port: u16) -> Ep {
-    Ep { addr: [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], v6: false, port }
+    Ep {
+        addr: [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        v6: false,
+        port,
+    }
 }
 
 pub(crate) const fn ep6(last: u8, port: u16) -> Ep {
     let mut addr = [0u8; 16];
     addr[0] = 0xfd;
     addr[15] = last;
-    Ep { addr, v6: true, port }
+    Ep {
+        addr,
+        v6: true,
+        port,
+    }
 }
 
 pub(crate) const A4: Ep = ep4([192, 0, 2, 1], 1);
@@ -101,7 +109,12 @@ pub(crate) fn fix_checksums(p: &mut [u8]) {
     }
     let csum_at = iph + if proto == IPPROTO_TCP { 16 } else { 6 };
     put16(p, csum_at, 0);
-    let psum = pseudo_header_no_fold(proto, &p[at..at + n], &p[at + n..at + 2 * n], (p.len() - iph) as u16);
+    let psum = pseudo_header_no_fold(
+        proto,
+        &p[at..at + n],
+        &p[at + n..at + 2 * n],
+        (p.len() - iph) as u16,
+    );
     let mut c = !checksum(&p[iph..], psum);
     if proto == IPPROTO_UDP && c == 0 {
         c = 0xffff;

@@ -16,23 +16,43 @@ struct Run {
 fn run(pkts: &[Vec<u8>], udp_gro: bool) -> Run {
     let (mut bufs, sizes) = batch(pkts, OFF, 65_535 + OFF);
     let mut t = GroTable::new();
-    t.coalesce(&mut bufs, &sizes, OFF, udp_gro).expect("well-formed call");
+    t.coalesce(&mut bufs, &sizes, OFF, udp_gro)
+        .expect("well-formed call");
     let to_write = t.to_write().to_vec();
     let lens = to_write.iter().map(|&i| t.len(i)).collect();
-    Run { bufs, to_write, lens, coalesced: t.coalesced() }
+    Run {
+        bufs,
+        to_write,
+        lens,
+        coalesced: t.coalesced(),
+    }
 }
 
 fn check(name: &str, pkts: Vec<Vec<u8>>, udp_gro: bool, want_write: &[usize], want_lens: &[usize]) {
     let r = run(&pkts, udp_gro);
     assert_eq!(r.to_write, want_write, "{name}: buffers to write");
     assert_eq!(r.lens, want_lens, "{name}: lengths");
-    assert_eq!(r.coalesced, pkts.len() - want_write.len(), "{name}: coalesced count");
+    assert_eq!(
+        r.coalesced,
+        pkts.len() - want_write.len(),
+        "{name}: coalesced count"
+    );
 }
 
 /// Transport payload bytes of a test packet (20-byte TCP or 8-byte UDP header).
 fn payload_len(p: &[u8]) -> usize {
-    let (iph, proto) = if p[0] >> 4 == 6 { (40, p[6]) } else { (20, p[9]) };
-    p.len() - iph - if proto == IPPROTO_UDP { UDP_HEADER_LEN } else { 20 }
+    let (iph, proto) = if p[0] >> 4 == 6 {
+        (40, p[6])
+    } else {
+        (20, p[9])
+    };
+    p.len()
+        - iph
+        - if proto == IPPROTO_UDP {
+            UDP_HEADER_LEN
+        } else {
+            20
+        }
 }
 
 fn ttl_plus_one(p: &mut [u8]) {
@@ -54,7 +74,13 @@ fn multiple_protocols_and_flows() {
         udp(A6, B6, 100),           // udp6 flow 1
         udp(A6, B6, 100),           // udp6 flow 1
     ];
-    check("udp gro", pkts.clone(), true, &[0, 1, 2, 4, 5, 7, 9], &[240, 228, 128, 140, 260, 160, 248]);
+    check(
+        "udp gro",
+        pkts.clone(),
+        true,
+        &[0, 1, 2, 4, 5, 7, 9],
+        &[240, 228, 128, 140, 260, 160, 248],
+    );
     check(
         "no udp gro",
         pkts,
@@ -132,7 +158,10 @@ fn out_of_order() {
     // The prepend swapped slots: slot 0 now starts at seq 1 and carries the stream in order.
     let p = &r.bufs[0][OFF..OFF + 340];
     assert_eq!(be32(p, 24), 1);
-    assert!(p[40..].iter().enumerate().all(|(i, b)| *b == stream_byte(1 + i as u32)));
+    assert!(p[40..]
+        .iter()
+        .enumerate()
+        .all(|(i, b)| *b == stream_byte(1 + i as u32)));
 }
 
 #[test]
@@ -154,7 +183,10 @@ fn unequal_ip_header_fields_do_not_merge() {
         check(name, pkts, true, &[0, 1, 2, 3], &[140, 140, 128, 128]);
     }
     type Mut6 = fn(&mut [u8]);
-    let cases6: [(&str, Mut6); 2] = [("hop limit", |p| p[7] += 1), ("traffic class", |p| p[1] |= 0x10)];
+    let cases6: [(&str, Mut6); 2] = [
+        ("hop limit", |p| p[7] += 1),
+        ("traffic class", |p| p[1] |= 0x10),
+    ];
     for (name, f) in cases6 {
         let pkts = vec![
             tcp(A6, B6, ACK, 100, 1),
@@ -169,7 +201,10 @@ fn unequal_ip_header_fields_do_not_merge() {
 #[test]
 fn fragment_offset_and_ip_options_are_not_candidates() {
     let frag = with(tcp(A4, B4, ACK, 100, 1), |p| p[7] = 1);
-    let r = run(&[frag.clone(), with(tcp(A4, B4, ACK, 100, 101), |p| p[7] = 1)], true);
+    let r = run(
+        &[frag.clone(), with(tcp(A4, B4, ACK, 100, 101), |p| p[7] = 1)],
+        true,
+    );
     assert_eq!(r.to_write, [0, 1]);
     let mut opts = vec![0u8; 44];
     opts[0] = 0x46;
@@ -179,11 +214,29 @@ fn fragment_offset_and_ip_options_are_not_candidates() {
 #[test]
 fn different_ack_numbers_and_flags() {
     let other_ack = with(tcp(A4, B4, ACK, 100, 101), |p| p[31] = 9);
-    check("ack", vec![tcp(A4, B4, ACK, 100, 1), other_ack], true, &[0, 1], &[140, 140]);
+    check(
+        "ack",
+        vec![tcp(A4, B4, ACK, 100, 1), other_ack],
+        true,
+        &[0, 1],
+        &[140, 140],
+    );
     let syn = with(tcp(A4, B4, ACK, 100, 101), |p| p[33] = 0x12);
-    check("syn", vec![tcp(A4, B4, ACK, 100, 1), syn], true, &[0, 1], &[140, 140]);
+    check(
+        "syn",
+        vec![tcp(A4, B4, ACK, 100, 1), syn],
+        true,
+        &[0, 1],
+        &[140, 140],
+    );
     let fin = tcp(A4, B4, ACK | 0x01, 100, 101);
-    check("fin", vec![tcp(A4, B4, ACK, 100, 1), fin], true, &[0, 1], &[140, 140]);
+    check(
+        "fin",
+        vec![tcp(A4, B4, ACK, 100, 1), fin],
+        true,
+        &[0, 1],
+        &[140, 140],
+    );
 }
 
 #[test]
@@ -191,14 +244,36 @@ fn size_rules() {
     // A short segment ends the group; a larger one cannot follow a smaller one.
     check(
         "short then more",
-        vec![tcp(A4, B4, ACK, 100, 1), tcp(A4, B4, ACK, 50, 101), tcp(A4, B4, ACK, 100, 151)],
+        vec![
+            tcp(A4, B4, ACK, 100, 1),
+            tcp(A4, B4, ACK, 50, 101),
+            tcp(A4, B4, ACK, 100, 151),
+        ],
         true,
         &[0, 2],
         &[190, 140],
     );
-    check("larger after smaller", vec![tcp(A4, B4, ACK, 50, 1), tcp(A4, B4, ACK, 100, 51)], true, &[0, 1], &[90, 140]);
-    check("udp larger after smaller", vec![udp(A4, B4, 50), udp(A4, B4, 100)], true, &[0, 1], &[78, 128]);
-    check("udp short ends", vec![udp(A4, B4, 100), udp(A4, B4, 50), udp(A4, B4, 100)], true, &[0, 2], &[178, 128]);
+    check(
+        "larger after smaller",
+        vec![tcp(A4, B4, ACK, 50, 1), tcp(A4, B4, ACK, 100, 51)],
+        true,
+        &[0, 1],
+        &[90, 140],
+    );
+    check(
+        "udp larger after smaller",
+        vec![udp(A4, B4, 50), udp(A4, B4, 100)],
+        true,
+        &[0, 1],
+        &[78, 128],
+    );
+    check(
+        "udp short ends",
+        vec![udp(A4, B4, 100), udp(A4, B4, 50), udp(A4, B4, 100)],
+        true,
+        &[0, 2],
+        &[178, 128],
+    );
 }
 
 #[test]
@@ -209,7 +284,9 @@ fn no_room_means_no_merge() {
     t.coalesce(&mut bufs, &sizes, OFF, true).unwrap();
     assert_eq!(t.to_write(), [0, 1]);
     // And never beyond 65535 bytes even with room.
-    let pkts: Vec<_> = (0..3).map(|i| tcp(A4, B4, ACK, 30_000, 1 + i * 30_000)).collect();
+    let pkts: Vec<_> = (0..3)
+        .map(|i| tcp(A4, B4, ACK, 30_000, 1 + i * 30_000))
+        .collect();
     let r = run(&pkts, true);
     assert_eq!(r.to_write, [0, 2]);
     assert_eq!(r.lens, [60_040, 30_040]);
@@ -217,7 +294,10 @@ fn no_room_means_no_merge() {
 
 #[test]
 fn candidate_classification() {
-    assert_eq!(candidate(&tcp(A4, B4, ACK, 0, 1)[..27], true), Candidate::None);
+    assert_eq!(
+        candidate(&tcp(A4, B4, ACK, 0, 1)[..27], true),
+        Candidate::None
+    );
     assert_eq!(candidate(&tcp(A4, B4, ACK, 0, 1), true), Candidate::Tcp4);
     assert_eq!(candidate(&tcp(A6, B6, ACK, 0, 1), true), Candidate::Tcp6);
     assert_eq!(candidate(&udp(A4, B4, 1), true), Candidate::Udp4);
@@ -285,14 +365,29 @@ fn merged_headers_and_checksums() {
     assert!(checksums_ok(&p));
 
     let h = VirtioHdr::decode(&r.bufs[2]).unwrap();
-    assert_eq!((h.gso_type, h.hdr_len, h.gso_size, h.csum_start, h.csum_offset), (VIRTIO_NET_HDR_GSO_UDP_L4, 48, 100, 40, 6));
+    assert_eq!(
+        (
+            h.gso_type,
+            h.hdr_len,
+            h.gso_size,
+            h.csum_start,
+            h.csum_offset
+        ),
+        (VIRTIO_NET_HDR_GSO_UDP_L4, 48, 100, 40, 6)
+    );
     let mut p = r.bufs[2][OFF..OFF + 248].to_vec();
     assert_eq!((be16(&p, 4), be16(&p, 44)), (208, 208));
     kernel_complete(&h, &mut p);
     assert!(checksums_ok(&p));
 
     let h = VirtioHdr::decode(&r.bufs[4]).unwrap();
-    assert_eq!(h, VirtioHdr { gso_type: VIRTIO_NET_HDR_GSO_NONE, ..VirtioHdr::default() });
+    assert_eq!(
+        h,
+        VirtioHdr {
+            gso_type: VIRTIO_NET_HDR_GSO_NONE,
+            ..VirtioHdr::default()
+        }
+    );
     assert_eq!(&r.bufs[4][OFF..OFF + 70], &pkts[4][..]);
 }
 
@@ -317,7 +412,11 @@ fn randomized_streams_reassemble_in_order() {
                 pkts.push(udp(A4, B4, 1 + rnd(200) as usize));
                 continue;
             }
-            let len = if rnd(4) == 0 { 1 + rnd(100) as usize } else { 100 };
+            let len = if rnd(4) == 0 {
+                1 + rnd(100) as usize
+            } else {
+                100
+            };
             let flags = if rnd(8) == 0 { ACK | PSH } else { ACK };
             let mut p = tcp(flows[f].0, flows[f].1, flags, len, seqs[f]);
             seqs[f] = seqs[f].wrapping_add(len as u32);

@@ -34,7 +34,9 @@ fn out_bufs(n: usize) -> (Vec<Vec<u8>>, Vec<usize>) {
 fn split_ok(frame: &mut [u8], n: usize) -> (Split, Vec<Vec<u8>>) {
     let (mut bufs, mut sizes) = out_bufs(n);
     let s = split_frame(frame, &mut bufs, &mut sizes, OFF).expect("valid frame");
-    let pkts = (0..s.packets).map(|i| bufs[i][OFF..OFF + sizes[i]].to_vec()).collect();
+    let pkts = (0..s.packets)
+        .map(|i| bufs[i][OFF..OFF + sizes[i]].to_vec())
+        .collect();
     (s, pkts)
 }
 
@@ -42,7 +44,14 @@ fn split_ok(frame: &mut [u8], n: usize) -> (Split, Vec<Vec<u8>>) {
 fn tcp4_super_packet_splits_with_fixed_headers() {
     let big = tcp(A4, B4, ACK | PSH, 2500, 7);
     let (s, pkts) = split_ok(&mut gso_frame(&big, VIRTIO_NET_HDR_GSO_TCPV4, 1000), 8);
-    assert_eq!(s, Split { packets: 3, segmented: true, truncated: false });
+    assert_eq!(
+        s,
+        Split {
+            packets: 3,
+            segmented: true,
+            truncated: false
+        }
+    );
     for (i, p) in pkts.iter().enumerate() {
         let want_len = if i < 2 { 1000 } else { 500 };
         assert_eq!(p.len(), 40 + want_len);
@@ -51,7 +60,10 @@ fn tcp4_super_packet_splits_with_fixed_headers() {
         assert_eq!(be16(p, 4), i as u16, "IPv4 ID advances per segment");
         let seq = be32(p, 24);
         assert_eq!(seq, 7 + 1000 * i as u32);
-        assert!(p[40..].iter().enumerate().all(|(k, b)| *b == stream_byte(seq + k as u32)));
+        assert!(p[40..]
+            .iter()
+            .enumerate()
+            .all(|(k, b)| *b == stream_byte(seq + k as u32)));
         assert_eq!(tcp_flags(p) & PSH != 0, i == 2, "PSH only on the last");
     }
 }
@@ -61,7 +73,9 @@ fn tcp6_udp4_udp6_split() {
     let big = tcp(A6, B6, ACK, 3000, 1);
     let (s, pkts) = split_ok(&mut gso_frame(&big, VIRTIO_NET_HDR_GSO_TCPV6, 1440), 8);
     assert_eq!(s.packets, 3);
-    assert!(pkts.iter().all(|p| checksums_ok(p) && usize::from(be16(p, 4)) == p.len() - 40));
+    assert!(pkts
+        .iter()
+        .all(|p| checksums_ok(p) && usize::from(be16(p, 4)) == p.len() - 40));
 
     for (src, dst, iph) in [(A4, B4, 20usize), (A6, B6, 40)] {
         let big = udp(src, dst, 3000);
@@ -80,7 +94,14 @@ fn tcp6_udp4_udp6_split() {
 fn too_many_segments_fills_every_buffer_and_reports_it() {
     let big = tcp(A4, B4, ACK | PSH | 0x01, 5000, 1);
     let (s, pkts) = split_ok(&mut gso_frame(&big, VIRTIO_NET_HDR_GSO_TCPV4, 1000), 3);
-    assert_eq!(s, Split { packets: 3, segmented: true, truncated: true });
+    assert_eq!(
+        s,
+        Split {
+            packets: 3,
+            segmented: true,
+            truncated: true
+        }
+    );
     for p in &pkts {
         assert!(checksums_ok(p));
         assert_eq!(tcp_flags(p), ACK, "no FIN or PSH before the dropped tail");
@@ -91,38 +112,73 @@ fn too_many_segments_fills_every_buffer_and_reports_it() {
 fn partial_checksum_is_completed_for_plain_packets() {
     let mut p = tcp(A4, B4, ACK, 300, 1);
     // What the kernel hands over for CHECKSUM_PARTIAL: the folded pseudo-header sum.
-    let psum = crate::offload::checksum::pseudo_header_no_fold(IPPROTO_TCP, &p[12..16], &p[16..20], 320);
+    let psum =
+        crate::offload::checksum::pseudo_header_no_fold(IPPROTO_TCP, &p[12..16], &p[16..20], 320);
     put16(&mut p, 36, checksum(&[], psum));
-    let hdr = VirtioHdr { flags: VIRTIO_NET_HDR_F_NEEDS_CSUM, csum_start: 20, csum_offset: 16, ..Default::default() };
+    let hdr = VirtioHdr {
+        flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+        csum_start: 20,
+        csum_offset: 16,
+        ..Default::default()
+    };
     let mut frame = vec![0u8; 10];
     assert!(hdr.encode(&mut frame));
     frame.extend_from_slice(&p);
     let (s, pkts) = split_ok(&mut frame, 1);
-    assert_eq!(s, Split { packets: 1, segmented: false, truncated: false });
+    assert_eq!(
+        s,
+        Split {
+            packets: 1,
+            segmented: false,
+            truncated: false
+        }
+    );
     assert!(checksums_ok(&pkts[0]));
 }
 
 #[test]
 fn malformed_frames_are_errors() {
     let good = gso_frame(&tcp(A4, B4, ACK, 2000, 1), VIRTIO_NET_HDR_GSO_TCPV4, 1000);
-    let mutations: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>)> = vec![
+    type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+    let mutations: Vec<(&str, Mutation)> = vec![
         ("short", Box::new(|f| f.truncate(5))),
         ("empty packet", Box::new(|f| f.truncate(10))),
         ("gso size 0", Box::new(|f| f[4..6].fill(0))),
-        ("v6 type on v4", Box::new(|f| f[1] = VIRTIO_NET_HDR_GSO_TCPV6)),
+        (
+            "v6 type on v4",
+            Box::new(|f| f[1] = VIRTIO_NET_HDR_GSO_TCPV6),
+        ),
         ("unknown type", Box::new(|f| f[1] = 3)),
-        ("udp with ecn", Box::new(|f| f[1] = VIRTIO_NET_HDR_GSO_UDP_L4 | VIRTIO_NET_HDR_GSO_ECN)),
+        (
+            "udp with ecn",
+            Box::new(|f| f[1] = VIRTIO_NET_HDR_GSO_UDP_L4 | VIRTIO_NET_HDR_GSO_ECN),
+        ),
         ("bad version", Box::new(|f| f[10] = 0x55)),
         ("bad data offset", Box::new(|f| f[10 + 32] = 0x10)),
-        ("csum start past end", Box::new(|f| f[6..8].copy_from_slice(&5000u16.to_ne_bytes()))),
-        ("csum offset wrong", Box::new(|f| f[8..10].copy_from_slice(&6u16.to_ne_bytes()))),
-        ("plain csum outside", Box::new(|f| { f[1] = 0; f[8..10].copy_from_slice(&u16::MAX.to_ne_bytes()) })),
+        (
+            "csum start past end",
+            Box::new(|f| f[6..8].copy_from_slice(&5000u16.to_ne_bytes())),
+        ),
+        (
+            "csum offset wrong",
+            Box::new(|f| f[8..10].copy_from_slice(&6u16.to_ne_bytes())),
+        ),
+        (
+            "plain csum outside",
+            Box::new(|f| {
+                f[1] = 0;
+                f[8..10].copy_from_slice(&u16::MAX.to_ne_bytes())
+            }),
+        ),
     ];
     for (name, m) in mutations {
         let mut f = good.clone();
         m(&mut f);
         let (mut bufs, mut sizes) = out_bufs(4);
-        assert!(split_frame(&mut f, &mut bufs, &mut sizes, OFF).is_err(), "{name}");
+        assert!(
+            split_frame(&mut f, &mut bufs, &mut sizes, OFF).is_err(),
+            "{name}"
+        );
     }
     // Output buffers too small, or no buffers at all.
     let mut f = good.clone();
@@ -164,13 +220,21 @@ fn gro_then_split_round_trips() {
         x % n
     };
     for round in 0..100 {
-        let (src, dst, v6) = if round % 2 == 0 { (A4, B4, false) } else { (A6, B6, true) };
+        let (src, dst, v6) = if round % 2 == 0 {
+            (A4, B4, false)
+        } else {
+            (A6, B6, true)
+        };
         let mss = 500 + next(900) as usize;
         let n = 2 + next(20) as usize;
         let mut seq = next(u32::MAX);
         let mut pkts = Vec::new();
         for i in 0..n {
-            let len = if i == n - 1 { 1 + next(mss as u32) as usize } else { mss };
+            let len = if i == n - 1 {
+                1 + next(mss as u32) as usize
+            } else {
+                mss
+            };
             let flags = if i == n - 1 { ACK | PSH } else { ACK };
             pkts.push(with(tcp(src, dst, flags, len, seq), |p| {
                 if !v6 {

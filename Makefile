@@ -1,0 +1,48 @@
+# Build, test and measure the VPN data plane. `make help` lists the targets.
+
+CARGO ?= cargo
+DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
+# Crates that build for darwin (the Linux-only shims and tests are left out).
+DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-device
+FUZZ_SECONDS ?= 10
+
+.PHONY: help build test test-unit lint fmt check-darwin bench fuzz-smoke clean
+
+help:
+	@echo "make build         build everything (release)"
+	@echo "make test          the whole test suite (root runs the network-namespace tests too)"
+	@echo "make lint          rustfmt check and clippy with warnings denied"
+	@echo "make check-darwin  type-check the darwin build for $(DARWIN_TARGETS)"
+	@echo "make bench         benchmarks (criterion)"
+	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
+
+build:
+	$(CARGO) build --workspace --release
+
+# Everything a user runs to test: unit, scenario and interop tests.
+test:
+	$(CARGO) test --workspace --no-fail-fast
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+check-darwin:
+	@for t in $(DARWIN_TARGETS); do \
+		rustup target list --installed | grep -qx $$t || rustup target add $$t || exit 1; \
+		echo "== cargo check --target $$t"; \
+		$(CARGO) check --target $$t $(DARWIN_CRATES) --all-targets || exit 1; \
+	done
+
+bench:
+	$(CARGO) bench -p vpn-proto --bench aead
+	$(CARGO) bench -p vpn-device --bench allowedips
+
+fuzz-smoke:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/smoke.sh
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,206 @@
+//! The timer state machine on a fake clock: rekey without loss, expiry, key zeroing, and
+//! handshakes under a cookie flood.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vpn_conn::memory::MemoryNetwork;
+use vpn_device::clock::{Clock, FakeClock};
+use vpn_tests::*;
+
+fn fake_pair(batch: usize) -> (MemoryNetwork, Arc<FakeClock>, Node, Node) {
+    let net = MemoryNetwork::new();
+    let clock = FakeClock::new();
+    let c: Arc<dyn Clock> = clock.clone();
+    let (a, b) = pair(&net, batch, Some(c));
+    (net, clock, a, b)
+}
+
+/// Lets the timer thread and the pipeline act on a clock jump.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(150));
+}
+
+fn exchange(a: &Node, b: &Node, tag: &str) {
+    for i in 0..10 {
+        let m = format!("{tag} a->b {i}");
+        a.send_udp(b, false, m.as_bytes());
+        let p = b.recv(Duration::from_secs(5)).unwrap_or_else(|| panic!("lost {m}"));
+        assert_eq!(udp_payload(&p), m.as_bytes());
+        let m = format!("{tag} b->a {i}");
+        b.send_udp(a, false, m.as_bytes());
+        let p = a.recv(Duration::from_secs(5)).unwrap_or_else(|| panic!("lost {m}"));
+        assert_eq!(udp_payload(&p), m.as_bytes());
+    }
+}
+
+#[test]
+fn sessions_rotate_without_losing_packets() {
+    let (_net, clock, a, b) = fake_pair(1);
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    let pa = a.dev.peer(&b.key.public_key()).unwrap();
+    let first = pa.last_handshake().unwrap();
+    let mut rotations = 0;
+    let mut last = first;
+    for round in 0..20 {
+        clock.advance(Duration::from_secs(15));
+        settle();
+        exchange(&a, &b, &format!("round {round}"));
+        let now = pa.last_handshake().unwrap();
+        if now != last {
+            rotations += 1;
+            last = now;
+        }
+    }
+    // 300 s of traffic: the initiator rekeys after 120 s, twice.
+    assert!(rotations >= 2, "rotations: {rotations}");
+    assert!(pa.keypair_count() <= 3);
+}
+
+#[test]
+fn old_keypair_refused_after_reject_time_and_zeroed_after_540s() {
+    let (net, clock, a, b) = fake_pair(1);
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    net.set_tap(Some(tx));
+    a.send_udp(&b, false, b"captured");
+    assert!(b.recv(Duration::from_secs(5)).is_some());
+    net.set_tap(None);
+    let (from, to, data) = rx
+        .try_iter()
+        .find(|(_, to, d)| *to == b.addr() && d[0] == 4 && d.len() > 32)
+        .unwrap();
+    // Step through time as it would pass: b's passive keepalive goes out at 10 s (with valid
+    // keys), then the link is silent.
+    clock.advance(Duration::from_secs(11));
+    settle();
+    clock.advance(Duration::from_secs(170));
+    settle();
+    let before = b.dev.stats().drop_expired_keypair;
+    net.inject(from, to, data);
+    settle();
+    assert_eq!(b.dev.stats().drop_expired_keypair, before + 1, "{:?}", b.dev.stats());
+    assert!(b.tun.try_recv().is_none());
+    // 540 s after the handshake all key material is erased.
+    clock.advance(Duration::from_secs(360));
+    settle();
+    let pa = a.dev.peer(&b.key.public_key()).unwrap();
+    let pb = b.dev.peer(&a.key.public_key()).unwrap();
+    assert_eq!(pa.keypair_count(), 0);
+    assert_eq!(pb.keypair_count(), 0);
+    // And a new handshake brings the tunnel back.
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+}
+
+#[test]
+fn handshake_retransmits_then_gives_up() {
+    let net = MemoryNetwork::new();
+    let clock = FakeClock::new();
+    let c: Arc<dyn Clock> = clock.clone();
+    let a = Node::new(&net, 1, 1, Some(c));
+    // A peer that never answers.
+    let ghost = private_key();
+    a.dev
+        .ipc_set(&format!(
+            "public_key={}\nendpoint=198.18.0.99:1\nallowed_ip=100.64.0.99/32\n",
+            ghost.public_key().to_hex()
+        ))
+        .unwrap();
+    a.tun.inject(udp_packet(
+        "100.64.0.1".parse().unwrap(),
+        "100.64.0.99".parse().unwrap(),
+        1,
+        2,
+        b"x",
+    ));
+    settle();
+    let sent0 = a.dev.stats().handshakes_sent;
+    assert_eq!(sent0, 1);
+    for _ in 0..25 {
+        clock.advance(Duration::from_millis(5400));
+        settle();
+    }
+    let sent = a.dev.stats().handshakes_sent;
+    // 1 + 18 retries + the attempt that hits the limit, then silence.
+    assert!((19..=21).contains(&sent), "initiations sent: {sent}");
+    clock.advance(Duration::from_secs(60));
+    settle();
+    assert_eq!(a.dev.stats().handshakes_sent, sent, "gave up");
+}
+
+#[test]
+fn persistent_keepalive_fires_on_schedule_and_idle_peers_stay_quiet() {
+    let (_net, clock, a, b) = fake_pair(1);
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    // One exchange, then silence: at most one passive keepalive each, no ping-pong.
+    exchange(&a, &b, "x");
+    let (s0, _) = a.bind.sent();
+    let (t0, _) = b.bind.sent();
+    for _ in 0..12 {
+        clock.advance(Duration::from_secs(10));
+        settle();
+    }
+    let (s1, _) = a.bind.sent();
+    let (t1, _) = b.bind.sent();
+    assert!(s1 - s0 <= 2 && t1 - t0 <= 2, "idle traffic a:{} b:{}", s1 - s0, t1 - t0);
+    // Persistent keepalive every 5 s.
+    a.dev
+        .ipc_set(&format!("public_key={}\npersistent_keepalive_interval=5\n", b.public_hex()))
+        .unwrap();
+    settle();
+    let (s2, _) = a.bind.sent();
+    for _ in 0..6 {
+        clock.advance(Duration::from_millis(5100));
+        settle();
+    }
+    let (s3, _) = a.bind.sent();
+    assert!(s3 - s2 >= 5, "persistent keepalives sent: {}", s3 - s2);
+}
+
+#[test]
+fn cookie_flood_gets_cookie_replies_and_a_real_peer_still_connects() {
+    let (net, clock, a, b) = fake_pair(128);
+    let b_pub = *b.key.public_key().as_bytes();
+    let mut gen = vpn_proto::cookie::CookieGenerator::new(&b_pub);
+    let now = vpn_proto::time::Instant::from_nanos(1);
+    // Initiations with a valid MAC1 (so they cost the responder real work) from many sources.
+    let flood: Vec<(SocketAddr, Vec<u8>)> = (0..1500u32)
+        .map(|i| {
+            let mut m = vec![0u8; 148];
+            m[0] = 1;
+            for x in &mut m[4..116] {
+                *x = rand::random();
+            }
+            gen.add_macs(&mut m, now);
+            let src = SocketAddr::from(([198, 18, 100 + (i / 250) as u8, (i % 250) as u8 + 1], 40000));
+            (src, m)
+        })
+        .collect();
+    for (src, m) in &flood[..800] {
+        net.inject(*src, b.addr(), m.clone());
+    }
+    // a's first initiation arrives behind the flood: b answers with a cookie.
+    a.send_udp(&b, false, b"through the flood");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.dev.stats().cookie_replies_sent == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(b.dev.stats().cookie_replies_sent > 0, "under load, b sends cookie replies");
+    std::thread::sleep(Duration::from_millis(500));
+    // More flood, then a's retransmission (now carrying MAC2) after 5 s.
+    for (src, m) in &flood[800..] {
+        net.inject(*src, b.addr(), m.clone());
+    }
+    clock.advance(Duration::from_millis(5400));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut delivered = false;
+    while !delivered && Instant::now() < deadline {
+        if let Some(p) = b.recv(Duration::from_millis(200)) {
+            delivered = udp_payload(&p) == b"through the flood";
+        } else {
+            clock.advance(Duration::from_millis(5400));
+        }
+    }
+    assert!(delivered, "stats b: {:?}", b.dev.stats());
+    assert!(a.dev.peer(&b.key.public_key()).unwrap().last_handshake().is_some());
+}
