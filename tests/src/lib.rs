@@ -110,9 +110,15 @@ impl Node {
         if let Some(c) = clock {
             opts.clock = c;
         }
-        let dev = Device::with_options(Arc::new(tun), bind.clone(), Logger::new(format!("node{n}")), opts);
+        let dev = Device::with_options(
+            Arc::new(tun),
+            bind.clone(),
+            Logger::new(format!("node{n}")),
+            opts,
+        );
         let key = private_key();
-        dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex())).unwrap();
+        dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
+            .unwrap();
         dev.up().unwrap();
         Node {
             dev,

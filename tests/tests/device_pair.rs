@@ -48,12 +48,18 @@ fn bulk_transfer_keeps_every_byte_and_per_flow_order() {
     let mut got = 0u32;
     let deadline = Instant::now() + Duration::from_secs(120);
     while got < PACKETS && Instant::now() < deadline {
-        let Some(p) = b.recv(Duration::from_secs(5)) else { break };
+        let Some(p) = b.recv(Duration::from_secs(5)) else {
+            break;
+        };
         let pl = udp_payload(&p);
         let flow = u16::from_be_bytes([pl[0], pl[1]]);
         let seq = u32::from_be_bytes([pl[2], pl[3], pl[4], pl[5]]);
         let i = seq * u32::from(FLOWS) + u32::from(flow);
-        assert_eq!(pl.len(), 16 + (i as usize * 7919) % 1300, "length of packet {i}");
+        assert_eq!(
+            pl.len(),
+            16 + (i as usize * 7919) % 1300,
+            "length of packet {i}"
+        );
         for (j, x) in pl[6..].iter().enumerate() {
             assert_eq!(*x, (i as usize + j) as u8, "byte {j} of packet {i}");
         }
@@ -65,7 +71,10 @@ fn bulk_transfer_keeps_every_byte_and_per_flow_order() {
     sender.join().unwrap();
     assert_eq!(got, PACKETS, "packets delivered");
     let st = a.dev.stats();
-    assert!(st.packets_per_tun_read() > 1.0, "TUN reads were batched: {st:?}");
+    assert!(
+        st.packets_per_tun_read() > 1.0,
+        "TUN reads were batched: {st:?}"
+    );
     assert!(st.datagrams_per_send() > 1.0, "sends were batched: {st:?}");
 }
 
@@ -79,11 +88,21 @@ fn roaming_follows_the_last_authenticated_packet() {
     b.dev.ipc_set("listen_port=0\n").unwrap();
     let new_addr = b.addr();
     assert_ne!(new_addr.ip(), b.underlay);
-    assert!(ping(&b, &a, false, Duration::from_secs(5)), "b->a after move");
+    assert!(
+        ping(&b, &a, false, Duration::from_secs(5)),
+        "b->a after move"
+    );
     let ep = a.dev.peer(&b.key.public_key()).unwrap().endpoint().unwrap();
     assert_eq!(ep.dst, new_addr, "a learned b's new endpoint");
-    assert!(ping(&a, &b, false, Duration::from_secs(5)), "a->b reaches the new address");
-    assert!(a.dev.ipc_get().unwrap().contains(&format!("endpoint={new_addr}")));
+    assert!(
+        ping(&a, &b, false, Duration::from_secs(5)),
+        "a->b reaches the new address"
+    );
+    assert!(a
+        .dev
+        .ipc_get()
+        .unwrap()
+        .contains(&format!("endpoint={new_addr}")));
 }
 
 #[test]
@@ -92,9 +111,18 @@ fn inner_source_must_belong_to_the_sending_peer() {
     let (a, b) = pair(&net, 1, None);
     assert!(ping(&a, &b, false, Duration::from_secs(5)));
     // a sends a packet with a source address b routes to nobody (or to another peer).
-    let spoofed = udp_packet("100.64.0.77".parse().unwrap(), IpAddr::V4(b.v4), 1, 2, b"spoof");
+    let spoofed = udp_packet(
+        "100.64.0.77".parse().unwrap(),
+        IpAddr::V4(b.v4),
+        1,
+        2,
+        b"spoof",
+    );
     assert!(a.tun.inject(spoofed));
-    assert!(ping(&a, &b, false, Duration::from_secs(5)), "genuine traffic still flows");
+    assert!(
+        ping(&a, &b, false, Duration::from_secs(5)),
+        "genuine traffic still flows"
+    );
     while let Some(p) = b.tun.try_recv() {
         assert_ne!(udp_payload(&p), b"spoof");
     }
@@ -102,7 +130,11 @@ fn inner_source_must_belong_to_the_sending_peer() {
     // Crypto-key routing: give a's address to a third key on b; a's packets are then dropped.
     let c = private_key();
     b.dev
-        .ipc_set(&format!("public_key={}\nallowed_ip={}/32\n", c.public_key().to_hex(), a.v4))
+        .ipc_set(&format!(
+            "public_key={}\nallowed_ip={}/32\n",
+            c.public_key().to_hex(),
+            a.v4
+        ))
         .unwrap();
     let before = b.dev.stats().drop_source_not_allowed;
     a.send_udp(&b, false, b"after move");
@@ -151,7 +183,7 @@ fn hostile_datagrams_do_not_disturb_the_tunnel() {
         };
         let mut d: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
         if len >= 4 {
-            d[..4].copy_from_slice(&((i % 6) as u32).to_le_bytes());
+            d[..4].copy_from_slice(&(i % 6).to_le_bytes());
         }
         net.inject(from, b.addr(), d);
     }

@@ -25,7 +25,14 @@ impl Boring {
     fn new(net: &MemoryNetwork, ours_public: [u8; 32], our_addr: SocketAddr) -> Boring {
         let secret = x25519_dalek::StaticSecret::random_from_rng(rand::rngs::OsRng);
         let public = x25519_dalek::PublicKey::from(&secret);
-        let tunn = Tunn::new(secret, x25519_dalek::PublicKey::from(ours_public), None, None, 7, None);
+        let tunn = Tunn::new(
+            secret,
+            x25519_dalek::PublicKey::from(ours_public),
+            None,
+            None,
+            7,
+            None,
+        );
         let tunn = Arc::new(Mutex::new(tunn));
         let bind = Arc::new(net.bind("198.18.0.200".parse().unwrap(), 1));
         let (mut fns, _port) = bind.open(0).unwrap();
@@ -46,7 +53,9 @@ impl Boring {
         let mut out = vec![0u8; 65536];
         let mut t = self.tunn.lock().unwrap();
         if let TunnResult::WriteToNetwork(d) = t.encapsulate(packet, &mut out) {
-            self.bind.send(&[d], &Endpoint::from(self.peer_addr)).unwrap();
+            self.bind
+                .send(&[d], &Endpoint::from(self.peer_addr))
+                .unwrap();
         }
     }
 
@@ -54,12 +63,19 @@ impl Boring {
         let mut out = vec![0u8; 2048];
         let mut t = self.tunn.lock().unwrap();
         if let TunnResult::WriteToNetwork(d) = t.format_handshake_initiation(&mut out, true) {
-            self.bind.send(&[d], &Endpoint::from(self.peer_addr)).unwrap();
+            self.bind
+                .send(&[d], &Endpoint::from(self.peer_addr))
+                .unwrap();
         }
     }
 }
 
-fn receive_loop(recv: &mut vpn_conn::ReceiveFunc, tunn: Arc<Mutex<Tunn>>, bind: Arc<MemoryBind>, tx: Sender<Vec<u8>>) {
+fn receive_loop(
+    recv: &mut vpn_conn::ReceiveFunc,
+    tunn: Arc<Mutex<Tunn>>,
+    bind: Arc<MemoryBind>,
+    tx: Sender<Vec<u8>>,
+) {
     let mut buf = vec![0u8; 65536];
     let mut out = vec![0u8; 65536];
     loop {
@@ -120,7 +136,10 @@ fn expect_at_boring(b: &Boring, payload: &[u8]) {
             }
         }
     }
-    panic!("boringtun never received {:?}", String::from_utf8_lossy(payload));
+    panic!(
+        "boringtun never received {:?}",
+        String::from_utf8_lossy(payload)
+    );
 }
 
 fn expect_at_node(a: &Node, payload: &[u8]) {
@@ -132,7 +151,10 @@ fn expect_at_node(a: &Node, payload: &[u8]) {
             }
         }
     }
-    panic!("our device never received {:?}", String::from_utf8_lossy(payload));
+    panic!(
+        "our device never received {:?}",
+        String::from_utf8_lossy(payload)
+    );
 }
 
 #[test]
@@ -155,7 +177,10 @@ fn we_initiate_and_data_flows_both_ways_at_several_sizes() {
     );
     a.tun.inject(p6);
     expect_at_boring(&b, b"six");
-    let peer = a.dev.peer(&vpn_proto::keys::PublicKey::from_bytes(b.key_public)).unwrap();
+    let peer = a
+        .dev
+        .peer(&vpn_proto::keys::PublicKey::from_bytes(b.key_public))
+        .unwrap();
     assert!(peer.last_handshake().is_some());
 }
 
@@ -166,7 +191,10 @@ fn boringtun_initiates_and_rekeys() {
     expect_at_node(&a, b"from boringtun");
     a.tun.inject(v4("100.64.0.1", "100.64.0.2", b"reply"));
     expect_at_boring(&b, b"reply");
-    let peer = a.dev.peer(&vpn_proto::keys::PublicKey::from_bytes(b.key_public)).unwrap();
+    let peer = a
+        .dev
+        .peer(&vpn_proto::keys::PublicKey::from_bytes(b.key_public))
+        .unwrap();
     let first = peer.last_handshake().unwrap();
     // A second handshake started by boringtun: traffic keeps flowing under the new keys.
     std::thread::sleep(Duration::from_millis(50));
@@ -178,9 +206,13 @@ fn boringtun_initiates_and_rekeys() {
     // The responder's new keypair is confirmed by boringtun's next data packet.
     b.send_ip(&v4("100.64.0.2", "100.64.0.1", b"after rekey"));
     expect_at_node(&a, b"after rekey");
-    a.tun.inject(v4("100.64.0.1", "100.64.0.2", b"after rekey back"));
+    a.tun
+        .inject(v4("100.64.0.1", "100.64.0.2", b"after rekey back"));
     expect_at_boring(&b, b"after rekey back");
-    assert!(peer.last_handshake().unwrap() > first, "a second handshake completed");
+    assert!(
+        peer.last_handshake().unwrap() > first,
+        "a second handshake completed"
+    );
 }
 
 #[test]
@@ -188,13 +220,20 @@ fn keepalive_from_boringtun_is_counted_not_written() {
     let (_net, a, b) = setup();
     a.tun.inject(v4("100.64.0.1", "100.64.0.2", b"hello"));
     expect_at_boring(&b, b"hello");
-    let peer = a.dev.peer(&vpn_proto::keys::PublicKey::from_bytes(b.key_public)).unwrap();
+    let peer = a
+        .dev
+        .peer(&vpn_proto::keys::PublicKey::from_bytes(b.key_public))
+        .unwrap();
     let (rx0, _) = peer.rx_tx_bytes();
     b.send_ip(&[]); // boringtun encapsulates an empty packet as a keepalive
     let deadline = Instant::now() + Duration::from_secs(5);
     while peer.rx_tx_bytes().0 == rx0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(peer.rx_tx_bytes().0, rx0 + 32, "a keepalive is 32 bytes on the wire");
+    assert_eq!(
+        peer.rx_tx_bytes().0,
+        rx0 + 32,
+        "a keepalive is 32 bytes on the wire"
+    );
     assert!(a.tun.try_recv().is_none(), "nothing written to the TUN");
 }

@@ -35,10 +35,21 @@ fn traffic_continues_while_configuration_changes() {
         i += 1;
         let extra = private_key().public_key().to_hex();
         a.dev
-            .ipc_set(&format!("public_key={}\npersistent_keepalive_interval={}\n", b.public_hex(), i % 5))
+            .ipc_set(&format!(
+                "public_key={}\npersistent_keepalive_interval={}\n",
+                b.public_hex(),
+                i % 5
+            ))
             .unwrap();
-        a.dev.ipc_set(&format!("public_key={extra}\nallowed_ip=10.{}.0.0/16\n", i % 200)).unwrap();
-        a.dev.ipc_set(&format!("public_key={extra}\nremove=true\n")).unwrap();
+        a.dev
+            .ipc_set(&format!(
+                "public_key={extra}\nallowed_ip=10.{}.0.0/16\n",
+                i % 200
+            ))
+            .unwrap();
+        a.dev
+            .ipc_set(&format!("public_key={extra}\nremove=true\n"))
+            .unwrap();
         if i % 10 == 0 {
             b.dev.bind_update().unwrap();
             b.dev.send_keepalives_to_peers_with_current_keypair();
@@ -50,7 +61,10 @@ fn traffic_continues_while_configuration_changes() {
     }
     stop.store(true, Ordering::Relaxed);
     traffic.join().unwrap();
-    assert!(delivered.load(Ordering::Relaxed) > 10, "traffic flowed during changes");
+    assert!(
+        delivered.load(Ordering::Relaxed) > 10,
+        "traffic flowed during changes"
+    );
     // b's port changed with every rebind; a learns it from b's next packet.
     assert!(ping(&b, &a, false, Duration::from_secs(5)));
     assert!(ping(&a, &b, false, Duration::from_secs(5)));
@@ -65,7 +79,10 @@ fn up_down_storm_then_close_leaves_no_thread() {
         for n in [&a, &b] {
             let other = if std::ptr::eq(n, &a) { &b } else { &a };
             n.dev
-                .ipc_set(&format!("public_key={}\npersistent_keepalive_interval=1\n", other.public_hex()))
+                .ipc_set(&format!(
+                    "public_key={}\npersistent_keepalive_interval=1\n",
+                    other.public_hex()
+                ))
                 .unwrap();
         }
         let a = Arc::new(a);
@@ -112,6 +129,10 @@ fn up_down_storm_then_close_leaves_no_thread() {
         }
         // Other tests in this binary run in parallel; with the default harness each test has its
         // own thread, so compare against the count taken at the start of this test.
-        assert!(thread_count().unwrap() <= base, "threads before {base}, after {:?}", thread_count());
+        assert!(
+            thread_count().unwrap() <= base,
+            "threads before {base}, after {:?}",
+            thread_count()
+        );
     }
 }

@@ -23,9 +23,15 @@ fn side(n: u8) -> Side {
     let bind = Arc::new(StdNetBind::new());
     let dev = Device::new(Arc::new(tun), bind.clone(), Logger::new(format!("udp{n}")));
     let key = private_key();
-    dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex())).unwrap();
+    dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
+        .unwrap();
     dev.up().unwrap();
-    Side { dev, tun: h, bind, key }
+    Side {
+        dev,
+        tun: h,
+        bind,
+        key,
+    }
 }
 
 fn connect(a: &Side, b: &Side, b_ip: &str) {
@@ -44,7 +50,10 @@ fn ping_and_ordered_bulk_over_loopback_udp() {
     let b = side(2);
     connect(&a, &b, "100.64.0.2");
     connect(&b, &a, "100.64.0.1");
-    let (s, d) = ("100.64.0.1".parse::<IpAddr>().unwrap(), "100.64.0.2".parse::<IpAddr>().unwrap());
+    let (s, d) = (
+        "100.64.0.1".parse::<IpAddr>().unwrap(),
+        "100.64.0.2".parse::<IpAddr>().unwrap(),
+    );
     // Ping both ways (the first packet waits for the handshake).
     a.tun.inject(udp_packet(s, d, 1, 2, b"ping"));
     let p = b.tun.recv(Duration::from_secs(5)).expect("a->b");
@@ -70,10 +79,15 @@ fn ping_and_ordered_bulk_over_loopback_udp() {
     let mut got = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     while got < N && Instant::now() < deadline {
-        let Some(p) = b.tun.recv(Duration::from_secs(3)) else { break };
+        let Some(p) = b.tun.recv(Duration::from_secs(3)) else {
+            break;
+        };
         let pl = udp_payload(&p);
         let i = u32::from_be_bytes([pl[0], pl[1], pl[2], pl[3]]);
-        assert!(pl[4..].iter().all(|&x| x == (i % 251) as u8), "content of {i}");
+        assert!(
+            pl[4..].iter().all(|&x| x == (i % 251) as u8),
+            "content of {i}"
+        );
         let flow = u16::from_be_bytes([p[20], p[21]]) - 100;
         if let Some(prev) = last.insert(flow, i) {
             assert!(i > prev, "flow {flow}: {i} after {prev}");
@@ -83,6 +97,13 @@ fn ping_and_ordered_bulk_over_loopback_udp() {
     sender.join().unwrap();
     let st = b.bind.stats();
     // Loopback UDP may drop under pressure; the tunnel must not lose more than the socket does.
-    assert!(got >= N * 99 / 100, "delivered {got} of {N}; bind stats {st:?}");
-    assert!(a.dev.stats().datagrams_per_send() > 1.0, "batched sends: {:?}", a.dev.stats());
+    assert!(
+        got >= N * 99 / 100,
+        "delivered {got} of {N}; bind stats {st:?}"
+    );
+    assert!(
+        a.dev.stats().datagrams_per_send() > 1.0,
+        "batched sends: {:?}",
+        a.dev.stats()
+    );
 }

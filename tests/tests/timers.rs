@@ -25,11 +25,15 @@ fn exchange(a: &Node, b: &Node, tag: &str) {
     for i in 0..10 {
         let m = format!("{tag} a->b {i}");
         a.send_udp(b, false, m.as_bytes());
-        let p = b.recv(Duration::from_secs(5)).unwrap_or_else(|| panic!("lost {m}"));
+        let p = b
+            .recv(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("lost {m}"));
         assert_eq!(udp_payload(&p), m.as_bytes());
         let m = format!("{tag} b->a {i}");
         b.send_udp(a, false, m.as_bytes());
-        let p = a.recv(Duration::from_secs(5)).unwrap_or_else(|| panic!("lost {m}"));
+        let p = a
+            .recv(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("lost {m}"));
         assert_eq!(udp_payload(&p), m.as_bytes());
     }
 }
@@ -79,7 +83,12 @@ fn old_keypair_refused_after_reject_time_and_zeroed_after_540s() {
     let before = b.dev.stats().drop_expired_keypair;
     net.inject(from, to, data);
     settle();
-    assert_eq!(b.dev.stats().drop_expired_keypair, before + 1, "{:?}", b.dev.stats());
+    assert_eq!(
+        b.dev.stats().drop_expired_keypair,
+        before + 1,
+        "{:?}",
+        b.dev.stats()
+    );
     assert!(b.tun.try_recv().is_none());
     // 540 s after the handshake all key material is erased.
     clock.advance(Duration::from_secs(360));
@@ -142,10 +151,18 @@ fn persistent_keepalive_fires_on_schedule_and_idle_peers_stay_quiet() {
     }
     let (s1, _) = a.bind.sent();
     let (t1, _) = b.bind.sent();
-    assert!(s1 - s0 <= 2 && t1 - t0 <= 2, "idle traffic a:{} b:{}", s1 - s0, t1 - t0);
+    assert!(
+        s1 - s0 <= 2 && t1 - t0 <= 2,
+        "idle traffic a:{} b:{}",
+        s1 - s0,
+        t1 - t0
+    );
     // Persistent keepalive every 5 s.
     a.dev
-        .ipc_set(&format!("public_key={}\npersistent_keepalive_interval=5\n", b.public_hex()))
+        .ipc_set(&format!(
+            "public_key={}\npersistent_keepalive_interval=5\n",
+            b.public_hex()
+        ))
         .unwrap();
     settle();
     let (s2, _) = a.bind.sent();
@@ -172,7 +189,8 @@ fn cookie_flood_gets_cookie_replies_and_a_real_peer_still_connects() {
                 *x = rand::random();
             }
             gen.add_macs(&mut m, now);
-            let src = SocketAddr::from(([198, 18, 100 + (i / 250) as u8, (i % 250) as u8 + 1], 40000));
+            let src =
+                SocketAddr::from(([198, 18, 100 + (i / 250) as u8, (i % 250) as u8 + 1], 40000));
             (src, m)
         })
         .collect();
@@ -185,7 +203,10 @@ fn cookie_flood_gets_cookie_replies_and_a_real_peer_still_connects() {
     while b.dev.stats().cookie_replies_sent == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(b.dev.stats().cookie_replies_sent > 0, "under load, b sends cookie replies");
+    assert!(
+        b.dev.stats().cookie_replies_sent > 0,
+        "under load, b sends cookie replies"
+    );
     std::thread::sleep(Duration::from_millis(500));
     // More flood, then a's retransmission (now carrying MAC2) after 5 s.
     for (src, m) in &flood[800..] {
@@ -202,5 +223,10 @@ fn cookie_flood_gets_cookie_replies_and_a_real_peer_still_connects() {
         }
     }
     assert!(delivered, "stats b: {:?}", b.dev.stats());
-    assert!(a.dev.peer(&b.key.public_key()).unwrap().last_handshake().is_some());
+    assert!(a
+        .dev
+        .peer(&b.key.public_key())
+        .unwrap()
+        .last_handshake()
+        .is_some());
 }

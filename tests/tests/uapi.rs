@@ -10,7 +10,19 @@ use vpn_tun::memory::MemoryTun;
 
 fn device(net: &MemoryNetwork) -> Device {
     let (tun, _h) = MemoryTun::new("uapi0", 1420, 1);
-    Device::new(Arc::new(tun), Arc::new(net.bind("198.18.1.1".parse().unwrap(), 1)), Logger::new("uapi"))
+    let dev = Device::new(
+        Arc::new(tun),
+        Arc::new(net.bind("198.18.1.1".parse().unwrap(), 1)),
+        Logger::new("uapi"),
+    );
+    // The memory TUN reports "up" at creation; take the device down so no handshake traffic
+    // changes the counters under the test.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !dev.is_up() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    dev.down().unwrap();
+    dev
 }
 
 #[test]
@@ -18,11 +30,17 @@ fn round_trip_with_hundreds_of_peers_and_thousands_of_allowed_ips() {
     let net = MemoryNetwork::new();
     let dev = device(&net);
     let own = private_key();
-    let mut cfg = format!("private_key={}\nfwmark=51820\nreplace_peers=true\n", own.to_hex());
+    let mut cfg = format!(
+        "private_key={}\nfwmark=51820\nreplace_peers=true\n",
+        own.to_hex()
+    );
     let mut expect_peers = Vec::new();
     for p in 0..300u32 {
         let k = private_key().public_key();
-        let psk = [p as u8; 32].iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let psk = [p as u8; 32]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>();
         cfg += &format!(
             "public_key={}\npreshared_key={psk}\nendpoint=198.18.{}.{}:{}\npersistent_keepalive_interval={}\nreplace_allowed_ips=true\n",
             k.to_hex(),
@@ -33,8 +51,13 @@ fn round_trip_with_hundreds_of_peers_and_thousands_of_allowed_ips() {
         );
         let mut ips = Vec::new();
         for i in 0..10u32 {
-            let ip = format!("10.{}.{}.0/24", p / 256, (p % 256) as u8 ^ (i as u8 * 17));
-            let ip = if i == 9 { format!("fd00:{p:x}::/64") } else { ip };
+            // Distinct per peer (an overlap would move the prefix: last writer wins).
+            let ip = format!("10.{}.{}.{}/28", p / 256, p % 256, (i * 16) ^ 0x50);
+            let ip = if i == 9 {
+                format!("fd00:{p:x}:1::/64")
+            } else {
+                ip
+            };
             if !ips.contains(&ip) {
                 cfg += &format!("allowed_ip={ip}\n");
                 ips.push(ip);
@@ -71,10 +94,15 @@ fn round_trip_with_hundreds_of_peers_and_thousands_of_allowed_ips() {
     // Applying the dump again changes nothing (setconf after showconf).
     let again: String = out
         .lines()
-        .filter(|l| !l.starts_with("last_handshake") && !l.starts_with("tx_bytes") && !l.starts_with("rx_bytes"))
+        .filter(|l| {
+            !l.starts_with("last_handshake")
+                && !l.starts_with("tx_bytes")
+                && !l.starts_with("rx_bytes")
+        })
         .map(|l| format!("{l}\n"))
         .collect();
-    dev.ipc_set(&format!("replace_peers=true\n{again}")).unwrap();
+    dev.ipc_set(&format!("replace_peers=true\n{again}"))
+        .unwrap();
     assert_eq!(dev.ipc_get().unwrap(), out);
 }
 
@@ -93,19 +121,49 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
         ("fwmark=x".into(), IPC_ERROR_INVALID),
         ("replace_peers=yes".into(), IPC_ERROR_INVALID),
         ("public_key=abc".into(), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nendpoint=nowhere"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nendpoint=1.2.3.4"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\npreshared_key=12"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\npersistent_keepalive_interval=70000"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nallowed_ip=10.0.0.0/33"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nallowed_ip=10.0.0.0"), IPC_ERROR_INVALID),
+        (
+            format!("public_key={pk}\nendpoint=nowhere"),
+            IPC_ERROR_INVALID,
+        ),
+        (
+            format!("public_key={pk}\nendpoint=1.2.3.4"),
+            IPC_ERROR_INVALID,
+        ),
+        (
+            format!("public_key={pk}\npreshared_key=12"),
+            IPC_ERROR_INVALID,
+        ),
+        (
+            format!("public_key={pk}\npersistent_keepalive_interval=70000"),
+            IPC_ERROR_INVALID,
+        ),
+        (
+            format!("public_key={pk}\nallowed_ip=10.0.0.0/33"),
+            IPC_ERROR_INVALID,
+        ),
+        (
+            format!("public_key={pk}\nallowed_ip=10.0.0.0"),
+            IPC_ERROR_INVALID,
+        ),
         (format!("public_key={pk}\nallowed_ip=-"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nprotocol_version=2"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nreplace_allowed_ips=false"), IPC_ERROR_INVALID),
+        (
+            format!("public_key={pk}\nprotocol_version=2"),
+            IPC_ERROR_INVALID,
+        ),
+        (
+            format!("public_key={pk}\nreplace_allowed_ips=false"),
+            IPC_ERROR_INVALID,
+        ),
         (format!("public_key={pk}\nremove=1"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nupdate_only=maybe"), IPC_ERROR_INVALID),
+        (
+            format!("public_key={pk}\nupdate_only=maybe"),
+            IPC_ERROR_INVALID,
+        ),
         (format!("public_key={pk}\nlisten_port=1"), IPC_ERROR_INVALID),
-        (format!("public_key={pk}\nprivate_key={pk}"), IPC_ERROR_INVALID),
+        (
+            format!("public_key={pk}\nprivate_key={pk}"),
+            IPC_ERROR_INVALID,
+        ),
     ];
     for (cfg, code) in cases {
         let e = dev.ipc_set(&cfg).expect_err(&cfg);
@@ -121,7 +179,10 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
     // Processing stopped at the first error, but what came before stayed applied.
     let key = private_key();
     let e = dev
-        .ipc_set(&format!("private_key={}\nfwmark=7\nbogus=1\nfwmark=8\n", key.to_hex()))
+        .ipc_set(&format!(
+            "private_key={}\nfwmark=7\nbogus=1\nfwmark=8\n",
+            key.to_hex()
+        ))
         .unwrap_err();
     assert_eq!(e.code, IPC_ERROR_INVALID);
     let out = dev.ipc_get().unwrap();
@@ -137,50 +198,84 @@ fn peer_section_semantics() {
     let net = MemoryNetwork::new();
     let dev = device(&net);
     let own = private_key();
-    dev.ipc_set(&format!("private_key={}", own.to_hex())).unwrap();
+    dev.ipc_set(&format!("private_key={}", own.to_hex()))
+        .unwrap();
     let p1 = private_key().public_key().to_hex();
     let p2 = private_key().public_key().to_hex();
     // update_only on an unknown peer is a no-op; on a known one it updates.
-    dev.ipc_set(&format!("public_key={p1}\nupdate_only=true\nallowed_ip=10.0.0.0/8\n")).unwrap();
+    dev.ipc_set(&format!(
+        "public_key={p1}\nupdate_only=true\nallowed_ip=10.0.0.0/8\n"
+    ))
+    .unwrap();
     assert!(!dev.ipc_get().unwrap().contains(&p1));
-    dev.ipc_set(&format!("public_key={p1}\nallowed_ip=10.0.0.0/8\nallowed_ip=10.1.2.3/16\n")).unwrap();
-    dev.ipc_set(&format!("public_key={p1}\nupdate_only=true\npersistent_keepalive_interval=25\n")).unwrap();
+    dev.ipc_set(&format!(
+        "public_key={p1}\nallowed_ip=10.0.0.0/8\nallowed_ip=10.1.2.3/16\n"
+    ))
+    .unwrap();
+    dev.ipc_set(&format!(
+        "public_key={p1}\nupdate_only=true\npersistent_keepalive_interval=25\n"
+    ))
+    .unwrap();
     let out = dev.ipc_get().unwrap();
     assert!(out.contains("persistent_keepalive_interval=25"));
-    assert!(out.contains("allowed_ip=10.1.0.0/16"), "masked on insert:\n{out}");
+    assert!(
+        out.contains("allowed_ip=10.1.0.0/16"),
+        "masked on insert:\n{out}"
+    );
     // -prefix removes only that prefix, and only from its owner.
-    dev.ipc_set(&format!("public_key={p2}\nallowed_ip=-10.0.0.0/8\n")).unwrap();
+    dev.ipc_set(&format!("public_key={p2}\nallowed_ip=-10.0.0.0/8\n"))
+        .unwrap();
     assert!(dev.ipc_get().unwrap().contains("allowed_ip=10.0.0.0/8"));
-    dev.ipc_set(&format!("public_key={p1}\nallowed_ip=-10.0.0.0/8\n")).unwrap();
+    dev.ipc_set(&format!("public_key={p1}\nallowed_ip=-10.0.0.0/8\n"))
+        .unwrap();
     let out = dev.ipc_get().unwrap();
     assert!(!out.contains("allowed_ip=10.0.0.0/8"));
     // Moving a prefix to another peer: last writer wins.
-    dev.ipc_set(&format!("public_key={p2}\nallowed_ip=10.1.0.0/16\n")).unwrap();
+    dev.ipc_set(&format!("public_key={p2}\nallowed_ip=10.1.0.0/16\n"))
+        .unwrap();
     let out = dev.ipc_get().unwrap();
     let p2_part = &out[out.find(&p2).unwrap()..];
     assert!(p2_part.contains("allowed_ip=10.1.0.0/16"));
     assert_eq!(out.matches("allowed_ip=10.1.0.0/16").count(), 1);
     // Our own public key selects a dummy peer: nothing is created.
-    dev.ipc_set(&format!("public_key={}\nallowed_ip=10.9.0.0/16\n", own.public_key().to_hex())).unwrap();
+    dev.ipc_set(&format!(
+        "public_key={}\nallowed_ip=10.9.0.0/16\n",
+        own.public_key().to_hex()
+    ))
+    .unwrap();
     assert!(!dev.ipc_get().unwrap().contains(&own.public_key().to_hex()));
     // remove=true deletes the peer and its allowed IPs; the rest of the section is ignored.
-    dev.ipc_set(&format!("public_key={p2}\nremove=true\nallowed_ip=10.5.0.0/16\n")).unwrap();
+    dev.ipc_set(&format!(
+        "public_key={p2}\nremove=true\nallowed_ip=10.5.0.0/16\n"
+    ))
+    .unwrap();
     let out = dev.ipc_get().unwrap();
     assert!(!out.contains(&p2) && !out.contains("10.5.0.0"));
     // A private key equal to a peer's public key removes that peer.
     let k = private_key();
-    dev.ipc_set(&format!("public_key={}\n", k.public_key().to_hex())).unwrap();
-    dev.ipc_set(&format!("private_key={}\n", k.to_hex())).unwrap();
-    assert!(!dev.ipc_get().unwrap().contains(&format!("public_key={}", k.public_key().to_hex())));
+    dev.ipc_set(&format!("public_key={}\n", k.public_key().to_hex()))
+        .unwrap();
+    dev.ipc_set(&format!("private_key={}\n", k.to_hex()))
+        .unwrap();
+    assert!(!dev
+        .ipc_get()
+        .unwrap()
+        .contains(&format!("public_key={}", k.public_key().to_hex())));
     // The private key is reported back clamped.
     let mut raw = [0xffu8; 32];
     raw[0] = 0xff;
     let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
     dev.ipc_set(&format!("private_key={hex}\n")).unwrap();
     let out = dev.ipc_get().unwrap();
-    assert!(out.starts_with("private_key=f8ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f"), "{out}");
+    assert!(
+        out.starts_with(
+            "private_key=f8ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f"
+        ),
+        "{out}"
+    );
     // All zeros clears it.
-    dev.ipc_set(&format!("private_key={}\n", "0".repeat(64))).unwrap();
+    dev.ipc_set(&format!("private_key={}\n", "0".repeat(64)))
+        .unwrap();
     assert!(!dev.ipc_get().unwrap().contains("private_key="));
 }
 
@@ -194,12 +289,25 @@ fn framing_of_a_uapi_connection() {
         key.to_hex()
     );
     let mut out = Vec::new();
-    dev.ipc_handle(BufReader::new(Cursor::new(req.into_bytes())), &mut out).unwrap();
+    dev.ipc_handle(BufReader::new(Cursor::new(req.into_bytes())), &mut out)
+        .unwrap();
     let out = String::from_utf8(out).unwrap();
-    let expect_get = format!("private_key={}\nfwmark=3\nerrno=0\n\n", key.to_hex());
-    assert_eq!(out, format!("errno=0\n\n{expect_get}errno=-71\n\n{expect_get}"));
+    // The port of the bind opened while the device was up is kept (as wireguard-go keeps it).
+    let expect_get = format!(
+        "private_key={}\nlisten_port={}\nfwmark=3\nerrno=0\n\n",
+        key.to_hex(),
+        dev.listen_port()
+    );
+    assert_eq!(
+        out,
+        format!("errno=0\n\n{expect_get}errno=-71\n\n{expect_get}")
+    );
     // An unknown operation ends the connection without an answer.
     let mut out = Vec::new();
-    dev.ipc_handle(BufReader::new(Cursor::new(b"bogus=1\n\nget=1\n\n".to_vec())), &mut out).unwrap();
+    dev.ipc_handle(
+        BufReader::new(Cursor::new(b"bogus=1\n\nget=1\n\n".to_vec())),
+        &mut out,
+    )
+    .unwrap();
     assert!(out.is_empty());
 }

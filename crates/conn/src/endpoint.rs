@@ -42,13 +42,21 @@ impl From<SocketAddr> for Endpoint {
 impl Endpoint {
     /// Parses `ip:port` or `[ipv6]:port` (a zone after `%` is accepted and dropped).
     pub fn parse(s: &str) -> io::Result<Endpoint> {
-        let invalid = || io::Error::new(io::ErrorKind::InvalidInput, format!("invalid endpoint {s:?}"));
+        let invalid = || {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("invalid endpoint {s:?}"),
+            )
+        };
         if let Ok(sa) = s.parse::<SocketAddr>() {
             return Ok(sa.into());
         }
         // `[fe80::1%eth0]:51820`: std rejects zones; strip it.
         let (host, port) = s.rsplit_once(':').ok_or_else(invalid)?;
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).ok_or_else(invalid)?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .ok_or_else(invalid)?;
         let host = host.split('%').next().ok_or_else(invalid)?;
         let ip: IpAddr = host.parse().map_err(|_| invalid())?;
         let port: u16 = port.parse().map_err(|_| invalid())?;
@@ -111,10 +119,24 @@ mod tests {
 
     #[test]
     fn parse_forms() {
-        assert_eq!(Endpoint::parse("1.2.3.4:5").unwrap().dst_to_string(), "1.2.3.4:5");
-        assert_eq!(Endpoint::parse("[fd00::1]:51820").unwrap().dst_to_string(), "[fd00::1]:51820");
+        assert_eq!(
+            Endpoint::parse("1.2.3.4:5").unwrap().dst_to_string(),
+            "1.2.3.4:5"
+        );
+        assert_eq!(
+            Endpoint::parse("[fd00::1]:51820").unwrap().dst_to_string(),
+            "[fd00::1]:51820"
+        );
         assert_eq!(Endpoint::parse("[fe80::1%eth0]:7").unwrap().dst.port(), 7);
-        for bad in ["", "1.2.3.4", "1.2.3.4:70000", "fd00::1:5", "[fd00::1]", "x:1", "[::1]:x"] {
+        for bad in [
+            "",
+            "1.2.3.4",
+            "1.2.3.4:70000",
+            "fd00::1:5",
+            "[fd00::1]",
+            "x:1",
+            "[::1]:x",
+        ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
     }

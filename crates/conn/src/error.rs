@@ -64,7 +64,9 @@ mod tests {
     #[test]
     fn closed_is_recognised() {
         assert!(is_err_closed(&err_closed()));
-        assert!(!is_err_closed(&io::Error::from(io::ErrorKind::NotConnected)));
+        assert!(!is_err_closed(&io::Error::from(
+            io::ErrorKind::NotConnected
+        )));
         assert!(!is_err_closed(&io::Error::other("x")));
     }
 

@@ -13,9 +13,9 @@
 
 mod endpoint;
 mod error;
-pub mod memory;
 #[cfg(target_os = "linux")]
 mod linux;
+pub mod memory;
 
 pub use endpoint::{Endpoint, StickySource};
 pub use error::{err_closed, is_err_closed, ErrUdpGsoDisabled};

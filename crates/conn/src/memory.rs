@@ -20,6 +20,9 @@ const DELIVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 type Datagram = (SocketAddr, Vec<u8>);
 
+/// A copy of a delivered datagram: (from, to, bytes).
+pub type Captured = (SocketAddr, SocketAddr, Vec<u8>);
+
 /// A set of in-memory binds that can reach each other by address.
 #[derive(Clone, Default)]
 pub struct MemoryNetwork {
@@ -32,7 +35,7 @@ struct NetInner {
     next_port: AtomicU16,
     /// Datagrams dropped because no bind had the address or its queue stayed full.
     dropped: AtomicU64,
-    tap: Mutex<Option<Sender<(SocketAddr, SocketAddr, Vec<u8>)>>>,
+    tap: Mutex<Option<Sender<Captured>>>,
 }
 
 impl MemoryNetwork {
@@ -63,7 +66,7 @@ impl MemoryNetwork {
     }
 
     /// Copies every datagram delivered from now on to `tap` (for replay and capture tests).
-    pub fn set_tap(&self, tap: Option<Sender<(SocketAddr, SocketAddr, Vec<u8>)>>) {
+    pub fn set_tap(&self, tap: Option<Sender<Captured>>) {
         *self.inner.tap.lock() = tap;
     }
 
@@ -123,7 +126,10 @@ impl MemoryBind {
 
     /// Datagrams and `send` calls so far.
     pub fn sent(&self) -> (u64, u64) {
-        (self.sent.load(Ordering::Relaxed), self.send_calls.load(Ordering::Relaxed))
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.send_calls.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -131,7 +137,10 @@ impl Bind for MemoryBind {
     fn open(&self, port: u16) -> io::Result<(Vec<ReceiveFunc>, u16)> {
         let mut st = self.state.lock();
         if st.is_some() {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "bind already open"));
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "bind already open",
+            ));
         }
         let ip = *self.ip.lock();
         let mut sockets = self.net.inner.sockets.lock();
@@ -139,7 +148,12 @@ impl Bind for MemoryBind {
             port
         } else {
             loop {
-                let p = self.net.inner.next_port.fetch_add(1, Ordering::Relaxed).max(1024);
+                let p = self
+                    .net
+                    .inner
+                    .next_port
+                    .fetch_add(1, Ordering::Relaxed)
+                    .max(1024);
                 if !sockets.contains_key(&SocketAddr::new(ip, p)) {
                     break p;
                 }
@@ -184,34 +198,36 @@ impl Bind for MemoryBind {
 }
 
 fn receive_func(rx: Receiver<Datagram>, batch: usize) -> ReceiveFunc {
-    Box::new(move |bufs: &mut [&mut [u8]], sizes: &mut [usize], eps: &mut [Endpoint]| {
-        let n = bufs.len().min(sizes.len()).min(eps.len()).min(batch);
-        if n == 0 {
-            return Ok(0);
-        }
-        let mut put = |i: usize, (from, data): Datagram| {
-            if data.len() > bufs[i].len() {
-                sizes[i] = 0; // truncated datagram: dropped
-            } else {
-                bufs[i][..data.len()].copy_from_slice(&data);
-                sizes[i] = data.len();
+    Box::new(
+        move |bufs: &mut [&mut [u8]], sizes: &mut [usize], eps: &mut [Endpoint]| {
+            let n = bufs.len().min(sizes.len()).min(eps.len()).min(batch);
+            if n == 0 {
+                return Ok(0);
             }
-            eps[i] = Endpoint::from(from);
-        };
-        let first = rx.recv().map_err(|_| err_closed())?;
-        put(0, first);
-        let mut got = 1;
-        while got < n {
-            match rx.try_recv() {
-                Ok(d) => {
-                    put(got, d);
-                    got += 1;
+            let mut put = |i: usize, (from, data): Datagram| {
+                if data.len() > bufs[i].len() {
+                    sizes[i] = 0; // truncated datagram: dropped
+                } else {
+                    bufs[i][..data.len()].copy_from_slice(&data);
+                    sizes[i] = data.len();
                 }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                eps[i] = Endpoint::from(from);
+            };
+            let first = rx.recv().map_err(|_| err_closed())?;
+            put(0, first);
+            let mut got = 1;
+            while got < n {
+                match rx.try_recv() {
+                    Ok(d) => {
+                        put(got, d);
+                        got += 1;
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
             }
-        }
-        Ok(got)
-    })
+            Ok(got)
+        },
+    )
 }
 
 #[cfg(test)]

@@ -6,10 +6,10 @@
 //! cheap and allocation-free.
 //!
 //! The longest-prefix match itself is `prefix_trie::PrefixMap`, one per family (IPv4 keyed by
-//! `(u32, cidr)`, IPv6 by `(u128, cidr)`). It is a multibit trie (5-bit strides with bitmaps), so a
-//! lookup visits about a fifth of the nodes a binary radix trie — the reference design of §2.12 —
-//! walks; measured against our own binary radix trie it was 2.5–5× faster on IPv4 tables of 1 000
-//! and 10 000 prefixes (`benches/allowedips.rs`, figures in docs/design-notes.md).
+//! `(u32, cidr)`, IPv6 by `(u128, cidr)`). It is a multibit trie (5-bit strides with bitmaps), so
+//! a lookup walks fewer nodes than the binary radix trie of §2.12; measured against our own binary
+//! radix trie it was 1.7–3.7× faster on IPv4 tables of 1 000 and 10 000 prefixes, and ~1.5×
+//! slower only for deep IPv6 hits (`benches/allowedips.rs`, figures in docs/design-notes.md).
 //!
 //! What the map does not give is the per-peer side of §2.12: each distinct value has an entry in
 //! a small slot table holding its prefixes ordered by insertion sequence, and the map stores
@@ -731,6 +731,13 @@ mod tests {
         t.insert(ip("9.9.9.9"), 0, 'w').expect("insert");
         assert_eq!(t.prefixes_of(&'w'), vec![(ip("0.0.0.0"), 0)]);
         check_invariants(&t);
+    }
+
+    /// The device shares the table between its threads behind a lock.
+    #[test]
+    fn table_is_send_and_sync() {
+        fn shareable<X: Send + Sync>() {}
+        shareable::<AllowedIps<std::sync::Arc<u8>>>();
     }
 
     #[test]

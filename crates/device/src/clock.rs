@@ -19,7 +19,9 @@ pub trait Clock: Send + Sync + 'static {
 
     /// Wall-clock time since the Unix epoch: TAI64N timestamps and `last_handshake_time`.
     fn wall(&self) -> Duration {
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
     }
 
     /// Registers a function to call whenever time jumps forward by other means than passing
@@ -69,8 +71,10 @@ impl FakeClock {
 
     /// Moves time forward by `d` and wakes whoever waits on deadlines.
     pub fn advance(&self, d: Duration) {
-        self.nanos
-            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::SeqCst);
+        self.nanos.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
         let wakers = self.wakers.lock().clone();
         for w in wakers {
             w();

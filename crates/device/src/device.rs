@@ -157,16 +157,27 @@ impl Device {
     }
 
     /// [`new`](Self::new) with options.
-    pub fn with_options(tun: Arc<dyn Tun>, bind: Arc<dyn Bind>, logger: Logger, opts: Options) -> Device {
+    pub fn with_options(
+        tun: Arc<dyn Tun>,
+        bind: Arc<dyn Bind>,
+        logger: Logger,
+        opts: Options,
+    ) -> Device {
         let workers = if opts.workers == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
         } else {
             opts.workers
         };
         let batch_size = tun.batch_size().max(bind.batch_size()).max(1);
         let (crypto_tx, crypto_rx) = unbounded();
         let (handshake_tx, handshake_rx) = bounded(QUEUE_HANDSHAKE_SIZE);
-        let mtu = tun.mtu().map(|m| m as usize).unwrap_or(DEFAULT_MTU).min(MAX_CONTENT_SIZE);
+        let mtu = tun
+            .mtu()
+            .map(|m| m as usize)
+            .unwrap_or(DEFAULT_MTU)
+            .min(MAX_CONTENT_SIZE);
         let clock = opts.clock.clone();
         let inner = Arc::new(DeviceInner {
             name: logger.name.clone(),
@@ -368,7 +379,9 @@ impl DeviceInner {
         }
         for i in 0..self.workers.clamp(1, 2) {
             let d = self.clone();
-            threads.push(spawn(&format!("handshake-{i}"), move || d.handshake_worker()));
+            threads.push(spawn(&format!("handshake-{i}"), move || {
+                d.handshake_worker()
+            }));
         }
         let d = self.clone();
         threads.push(spawn("timers", move || {
@@ -413,7 +426,9 @@ impl DeviceInner {
     fn up(self: &Arc<Self>) -> io::Result<()> {
         let _g = self.state_lock.lock();
         match self.state() {
-            State::Closed => return Err(io::Error::new(io::ErrorKind::NotConnected, "device closed")),
+            State::Closed => {
+                return Err(io::Error::new(io::ErrorKind::NotConnected, "device closed"))
+            }
             State::Up => return Ok(()),
             State::Down => {}
         }
@@ -583,7 +598,12 @@ impl DeviceInner {
         }
         let now = self.now();
         for p in self.peer_list() {
-            let ok = p.keypairs.lock().current.as_ref().is_some_and(|k| k.can_receive(now));
+            let ok = p
+                .keypairs
+                .lock()
+                .current
+                .as_ref()
+                .is_some_and(|k| k.can_receive(now));
             if ok {
                 p.send_keepalive();
             }
@@ -608,13 +628,15 @@ impl DeviceInner {
         // A peer whose key equals our new public key would be ourselves: remove it.
         if let Some(id) = &new_identity {
             let own = id.public_key();
-            if self.peers.read().by_key.contains_key(&own) {
-                self.remove_peer(&own);
+            if self.peers.read().by_key.contains_key(own) {
+                self.remove_peer(own);
             }
         }
         {
             let mut st = self.identity.write();
-            st.cookie_checker = new_identity.as_ref().map(|id| CookieChecker::new(id.public_key().as_bytes()));
+            st.cookie_checker = new_identity
+                .as_ref()
+                .map(|id| CookieChecker::new(id.public_key().as_bytes()));
             st.identity = new_identity;
             let peers = self.peer_list();
             for p in peers {
@@ -634,7 +656,9 @@ impl DeviceInner {
             p
         };
         if let Some(p) = peer {
-            self.allowed_ips.write().remove_by_value(&PeerRef(p.clone()));
+            self.allowed_ips
+                .write()
+                .remove_by_value(&PeerRef(p.clone()));
             p.stop();
             p.zero_and_flush_all();
         }
@@ -670,7 +694,9 @@ struct Starter {
 
 impl ReceiveFuncStarter for Starter {
     fn start(&self, f: ReceiveFunc, buf_size: usize, batch_size: usize) -> bool {
-        let Some(dev) = self.dev.upgrade() else { return false };
+        let Some(dev) = self.dev.upgrade() else {
+            return false;
+        };
         if !dev.accepting_readers.load(Ordering::Acquire) || dev.is_closed() {
             return false;
         }

@@ -28,8 +28,14 @@ impl DeviceInner {
         };
         let now = self.now();
         if ty == MessageType::CookieReply {
-            let Ok(reply) = vpn_proto::messages::CookieReply::parse(msg) else { return };
-            let Some(peer) = self.index.get(reply.receiver_index()).and_then(|e| e.peer()) else {
+            let Ok(reply) = vpn_proto::messages::CookieReply::parse(msg) else {
+                return;
+            };
+            let Some(peer) = self
+                .index
+                .get(reply.receiver_index())
+                .and_then(|e| e.peer())
+            else {
                 return;
             };
             if !peer.is_running() {
@@ -46,7 +52,9 @@ impl DeviceInner {
         // MAC1 always; under load MAC2 (or a cookie reply) and the per-source rate limit.
         {
             let id = self.identity.read();
-            let Some(checker) = id.cookie_checker.as_ref() else { return };
+            let Some(checker) = id.cookie_checker.as_ref() else {
+                return;
+            };
             if !checker.check_mac1(msg) {
                 self.stats.drop_bad_mac.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -82,12 +90,16 @@ impl DeviceInner {
         let now = self.now();
         let reply = {
             let mut id = self.identity.write();
-            let Some(c) = id.cookie_checker.as_mut() else { return };
+            let Some(c) = id.cookie_checker.as_mut() else {
+                return;
+            };
             c.create_reply(msg, sender, src, now, &mut rand::thread_rng())
         };
         match reply {
             Ok(reply) => {
-                self.stats.cookie_replies_sent.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .cookie_replies_sent
+                    .fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = self.bind.send(&[&reply], &job.ep) {
                     tracing::debug!(device = %self.name, "failed to send cookie reply: {e}");
                 }
@@ -100,7 +112,9 @@ impl DeviceInner {
         let now = self.now();
         let peer = {
             let id = self.identity.read();
-            let Some(identity) = id.identity.as_ref() else { return };
+            let Some(identity) = id.identity.as_ref() else {
+                return;
+            };
             let cand = match decrypt_initiation(identity, msg) {
                 Ok(c) => c,
                 Err(e) => {
@@ -128,7 +142,9 @@ impl DeviceInner {
     }
 
     fn handle_response(self: &Arc<Self>, msg: &[u8], job: &HandshakeJob) {
-        let Ok(resp) = vpn_proto::messages::Response::parse(msg) else { return };
+        let Ok(resp) = vpn_proto::messages::Response::parse(msg) else {
+            return;
+        };
         let Some(IndexEntry::Handshake(peer)) = self.index.get(resp.receiver_index()) else {
             return;
         };
@@ -137,7 +153,9 @@ impl DeviceInner {
         }
         let keys = {
             let id = self.identity.read();
-            let Some(identity) = id.identity.as_ref() else { return };
+            let Some(identity) = id.identity.as_ref() else {
+                return;
+            };
             let mut hs = peer.handshake.lock();
             if let Err(e) = hs.hs.consume_response(identity, msg) {
                 tracing::debug!(device = %self.name, peer = %peer.public_key, "invalid handshake response: {e}");
@@ -190,12 +208,17 @@ impl DeviceInner {
         let now = self.now();
         let msg = {
             let mut hs = peer.handshake.lock();
-            if hs.last_sent.is_some_and(|t| now.saturating_duration_since(t) < REKEY_TIMEOUT) {
+            if hs
+                .last_sent
+                .is_some_and(|t| now.saturating_duration_since(t) < REKEY_TIMEOUT)
+            {
                 return;
             }
             hs.last_sent = Some(now);
             let id = self.identity.read();
-            let Some(identity) = id.identity.as_ref() else { return };
+            let Some(identity) = id.identity.as_ref() else {
+                return;
+            };
             if !hs.hs.can_handshake() {
                 return;
             }
@@ -204,7 +227,10 @@ impl DeviceInner {
             }
             let idx = self.index.new_index(peer);
             let ts = Tai64N::from_unix_duration(self.clock.wall());
-            let mut msg = match hs.hs.create_initiation(identity, idx, ts, &mut rand::thread_rng()) {
+            let mut msg = match hs
+                .hs
+                .create_initiation(identity, idx, ts, &mut rand::thread_rng())
+            {
                 Ok(m) => m,
                 Err(e) => {
                     self.index.delete(idx);
@@ -260,4 +286,3 @@ impl DeviceInner {
         }
     }
 }
-

@@ -11,8 +11,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use vpn_conn::Endpoint;
 use vpn_proto::consts::{
-    KEEPALIVE_TIMEOUT, QUEUE_STAGED_SIZE, REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME, REKEY_AFTER_MESSAGES,
-    REKEY_AFTER_TIME, REKEY_TIMEOUT, REKEY_TIMEOUT_JITTER_MAX,
+    KEEPALIVE_TIMEOUT, QUEUE_STAGED_SIZE, REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME,
+    REKEY_AFTER_MESSAGES, REKEY_AFTER_TIME, REKEY_TIMEOUT, REKEY_TIMEOUT_JITTER_MAX,
 };
 use vpn_proto::cookie::CookieGenerator;
 use vpn_proto::keys::PublicKey;
@@ -87,7 +87,10 @@ impl Peer {
 
     /// Bytes received from and sent to this peer (the UAPI `rx_bytes` / `tx_bytes`).
     pub fn rx_tx_bytes(&self) -> (u64, u64) {
-        (self.rx_bytes.load(Ordering::Relaxed), self.tx_bytes.load(Ordering::Relaxed))
+        (
+            self.rx_bytes.load(Ordering::Relaxed),
+            self.tx_bytes.load(Ordering::Relaxed),
+        )
     }
 
     /// The peer's current endpoint.
@@ -98,7 +101,10 @@ impl Peer {
     /// How many transport keypairs (previous, current, next) the peer holds.
     pub fn keypair_count(&self) -> usize {
         let k = self.keypairs.lock();
-        [&k.previous, &k.current, &k.next].iter().filter(|x| x.is_some()).count()
+        [&k.previous, &k.current, &k.next]
+            .iter()
+            .filter(|x| x.is_some())
+            .count()
     }
 
     /// Wall-clock time since the epoch of the last completed handshake.
@@ -127,8 +133,12 @@ impl Peer {
         self.handshake.lock().last_sent = None; // a handshake may start at once
         self.timers.del_all();
         self.timers.handshake_attempts.store(0, Ordering::Relaxed);
-        self.timers.need_another_keepalive.store(false, Ordering::Relaxed);
-        self.timers.sent_last_minute_handshake.store(false, Ordering::Relaxed);
+        self.timers
+            .need_another_keepalive
+            .store(false, Ordering::Relaxed);
+        self.timers
+            .sent_last_minute_handshake
+            .store(false, Ordering::Relaxed);
         self.timers.active.store(true, Ordering::Release);
         self.outbound.clear();
         self.inbound.clear();
@@ -211,7 +221,10 @@ impl Peer {
             e.ep
         };
         let Some(ep) = ep else {
-            return Err(std::io::Error::new(std::io::ErrorKind::NotConnected, "peer has no endpoint"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "peer has no endpoint",
+            ));
         };
         let res = dev.bind.send(bufs, &ep);
         let res = match res {
@@ -228,7 +241,9 @@ impl Peer {
             let n: usize = bufs.iter().map(|b| b.len()).sum();
             self.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
             dev.stats.send_calls.fetch_add(1, Ordering::Relaxed);
-            dev.stats.datagrams_sent.fetch_add(bufs.len() as u64, Ordering::Relaxed);
+            dev.stats
+                .datagrams_sent
+                .fetch_add(bufs.len() as u64, Ordering::Relaxed);
         }
         res
     }
@@ -256,7 +271,12 @@ impl Peer {
             return;
         }
         let now = dev.now();
-        let kp = self.keypairs.lock().current.clone().filter(|k| k.can_send(now));
+        let kp = self
+            .keypairs
+            .lock()
+            .current
+            .clone()
+            .filter(|k| k.can_send(now));
         let Some(kp) = kp else {
             if !self.staged.lock().is_empty() {
                 dev.send_handshake_initiation(self, false);
@@ -281,7 +301,11 @@ impl Peer {
                 need_handshake = true;
             }
             if !batch.is_empty() {
-                let c = Arc::new(crate::batch::Container::new(self.clone(), vec![kp.clone()], batch));
+                let c = Arc::new(crate::batch::Container::new(
+                    self.clone(),
+                    vec![kp.clone()],
+                    batch,
+                ));
                 self.outbound.push(c.clone());
                 dev.submit(crate::Job::Encrypt(c));
             }
@@ -319,7 +343,8 @@ impl Peer {
         let Some(kp) = kp else { return };
         let now = dev.now();
         if kp.kp.send_nonce() > REKEY_AFTER_MESSAGES
-            || (kp.kp.is_initiator && now.saturating_duration_since(kp.kp.created) > REKEY_AFTER_TIME)
+            || (kp.kp.is_initiator
+                && now.saturating_duration_since(kp.kp.created) > REKEY_AFTER_TIME)
         {
             dev.send_handshake_initiation(self, false);
         }
@@ -327,14 +352,20 @@ impl Peer {
 
     /// After receiving data: the initiator rekeys once shortly before the keypair expires.
     pub(crate) fn keep_key_fresh_receiving(self: &Arc<Self>, dev: &DeviceInner) {
-        if self.timers.sent_last_minute_handshake.load(Ordering::Relaxed) {
+        if self
+            .timers
+            .sent_last_minute_handshake
+            .load(Ordering::Relaxed)
+        {
             return;
         }
         let kp = self.keypairs.lock().current.clone();
         let Some(kp) = kp else { return };
         let limit = REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT;
         if kp.kp.is_initiator && dev.now().saturating_duration_since(kp.kp.created) > limit {
-            self.timers.sent_last_minute_handshake.store(true, Ordering::Relaxed);
+            self.timers
+                .sent_last_minute_handshake
+                .store(true, Ordering::Relaxed);
             dev.send_handshake_initiation(self, false);
         }
     }
@@ -342,20 +373,31 @@ impl Peer {
     // ---- timer hooks (§2.11) -------------------------------------------------------------------
 
     pub(crate) fn timers_handshake_initiated(self: &Arc<Self>, dev: &DeviceInner) {
-        dev.timers.arm(self, TimerKind::RetransmitHandshake, REKEY_TIMEOUT + jitter());
+        dev.timers.arm(
+            self,
+            TimerKind::RetransmitHandshake,
+            REKEY_TIMEOUT + jitter(),
+        );
     }
 
     pub(crate) fn timers_data_sent(self: &Arc<Self>, dev: &DeviceInner) {
         if !self.timers.is_pending(TimerKind::NewHandshake) {
-            dev.timers.arm(self, TimerKind::NewHandshake, KEEPALIVE_TIMEOUT + REKEY_TIMEOUT + jitter());
+            dev.timers.arm(
+                self,
+                TimerKind::NewHandshake,
+                KEEPALIVE_TIMEOUT + REKEY_TIMEOUT + jitter(),
+            );
         }
     }
 
     pub(crate) fn timers_data_received(self: &Arc<Self>, dev: &DeviceInner) {
         if !self.timers.is_pending(TimerKind::SendKeepalive) {
-            dev.timers.arm(self, TimerKind::SendKeepalive, KEEPALIVE_TIMEOUT);
+            dev.timers
+                .arm(self, TimerKind::SendKeepalive, KEEPALIVE_TIMEOUT);
         } else {
-            self.timers.need_another_keepalive.store(true, Ordering::Relaxed);
+            self.timers
+                .need_another_keepalive
+                .store(true, Ordering::Relaxed);
         }
     }
 
@@ -370,19 +412,27 @@ impl Peer {
     pub(crate) fn timers_handshake_complete(&self, dev: &DeviceInner) {
         self.timers.del(TimerKind::RetransmitHandshake);
         self.timers.handshake_attempts.store(0, Ordering::Relaxed);
-        self.timers.sent_last_minute_handshake.store(false, Ordering::Relaxed);
+        self.timers
+            .sent_last_minute_handshake
+            .store(false, Ordering::Relaxed);
         let wall = u64::try_from(dev.clock.wall().as_nanos()).unwrap_or(u64::MAX);
-        self.last_handshake_nanos.store(wall.max(1), Ordering::Relaxed);
+        self.last_handshake_nanos
+            .store(wall.max(1), Ordering::Relaxed);
     }
 
     pub(crate) fn timers_session_derived(self: &Arc<Self>, dev: &DeviceInner) {
-        dev.timers.arm(self, TimerKind::ZeroKeyMaterial, REJECT_AFTER_TIME * 3);
+        dev.timers
+            .arm(self, TimerKind::ZeroKeyMaterial, REJECT_AFTER_TIME * 3);
     }
 
     pub(crate) fn timers_any_authenticated_packet_traversal(self: &Arc<Self>, dev: &DeviceInner) {
         let pka = self.persistent_keepalive.load(Ordering::Relaxed);
         if pka > 0 {
-            dev.timers.arm(self, TimerKind::PersistentKeepalive, Duration::from_secs(pka.into()));
+            dev.timers.arm(
+                self,
+                TimerKind::PersistentKeepalive,
+                Duration::from_secs(pka.into()),
+            );
         }
     }
 
@@ -396,18 +446,26 @@ impl Peer {
                     self.timers.del(TimerKind::SendKeepalive);
                     self.staged.lock().clear();
                     if !self.timers.is_pending(TimerKind::ZeroKeyMaterial) {
-                        dev.timers.arm(self, TimerKind::ZeroKeyMaterial, REJECT_AFTER_TIME * 3);
+                        dev.timers
+                            .arm(self, TimerKind::ZeroKeyMaterial, REJECT_AFTER_TIME * 3);
                     }
                 } else {
-                    self.timers.handshake_attempts.fetch_add(1, Ordering::Relaxed);
+                    self.timers
+                        .handshake_attempts
+                        .fetch_add(1, Ordering::Relaxed);
                     self.mark_endpoint_src_for_clearing();
                     dev.send_handshake_initiation(self, true);
                 }
             }
             TimerKind::SendKeepalive => {
                 self.send_keepalive();
-                if self.timers.need_another_keepalive.swap(false, Ordering::Relaxed) {
-                    dev.timers.arm(self, TimerKind::SendKeepalive, KEEPALIVE_TIMEOUT);
+                if self
+                    .timers
+                    .need_another_keepalive
+                    .swap(false, Ordering::Relaxed)
+                {
+                    dev.timers
+                        .arm(self, TimerKind::SendKeepalive, KEEPALIVE_TIMEOUT);
                 }
             }
             TimerKind::NewHandshake => {

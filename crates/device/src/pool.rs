@@ -66,7 +66,12 @@ impl BufferPool {
                     cur = self.outstanding.load(Ordering::Acquire);
                     continue;
                 }
-                match self.outstanding.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                match self.outstanding.compare_exchange_weak(
+                    cur,
+                    cur + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     Ok(_) => break,
                     Err(c) => cur = c,
                 }
@@ -74,7 +79,9 @@ impl BufferPool {
         } else {
             self.outstanding.fetch_add(1, Ordering::AcqRel);
         }
-        self.free.pop().unwrap_or_else(|| vec![0u8; BUFFER_SIZE].into_boxed_slice())
+        self.free
+            .pop()
+            .unwrap_or_else(|| vec![0u8; BUFFER_SIZE].into_boxed_slice())
     }
 
     /// Returns a buffer.
@@ -92,7 +99,8 @@ impl BufferPool {
         // Re-check under the lock so a put between the caller's check and here is not missed;
         // the timeout bounds the cost of any wake-up lost to the lock-free fast path.
         if self.outstanding.load(Ordering::Acquire) >= self.max {
-            self.cond.wait_for(&mut w, std::time::Duration::from_millis(50));
+            self.cond
+                .wait_for(&mut w, std::time::Duration::from_millis(50));
         }
         *w -= 1;
     }
@@ -118,7 +126,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         pool.put(a);
         let (waited, len) = t.join().unwrap();
-        assert!(waited >= Duration::from_millis(25), "taker did not wait: {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(25),
+            "taker did not wait: {waited:?}"
+        );
         assert_eq!(len, BUFFER_SIZE);
         assert_eq!(pool.outstanding(), 2);
     }

@@ -55,7 +55,9 @@ impl DeviceInner {
                 }
             };
             self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
-            self.stats.datagrams_received.fetch_add(n as u64, Ordering::Relaxed);
+            self.stats
+                .datagrams_received
+                .fetch_add(n as u64, Ordering::Relaxed);
             let now = self.now();
             {
                 let index = self.index.map.read();
@@ -69,15 +71,22 @@ impl DeviceInner {
                     match ty {
                         MESSAGE_TRANSPORT => {
                             let receiver = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
-                            let Some(crate::index::IndexEntry::Keypair(kp)) = index.get(&receiver) else {
-                                self.stats.drop_unknown_index.fetch_add(1, Ordering::Relaxed);
+                            let Some(crate::index::IndexEntry::Keypair(kp)) = index.get(&receiver)
+                            else {
+                                self.stats
+                                    .drop_unknown_index
+                                    .fetch_add(1, Ordering::Relaxed);
                                 continue;
                             };
                             if !kp.can_receive(now) {
-                                self.stats.drop_expired_keypair.fetch_add(1, Ordering::Relaxed);
+                                self.stats
+                                    .drop_expired_keypair
+                                    .fetch_add(1, Ordering::Relaxed);
                                 continue;
                             }
-                            let Some(peer) = kp.peer.upgrade() else { continue };
+                            let Some(peer) = kp.peer.upgrade() else {
+                                continue;
+                            };
                             let g = match groups.iter().position(|g| Arc::ptr_eq(&g.peer, &peer)) {
                                 Some(g) => g,
                                 None => {
@@ -98,7 +107,8 @@ impl DeviceInner {
                                 }
                             };
                             let counter = u64::from_le_bytes([
-                                msg[8], msg[9], msg[10], msg[11], msg[12], msg[13], msg[14], msg[15],
+                                msg[8], msg[9], msg[10], msg[11], msg[12], msg[13], msg[14],
+                                msg[15],
                             ]);
                             let buf = std::mem::replace(&mut bufs[i], self.in_pool.get());
                             let mut e = Elem::new(buf, size);
@@ -126,7 +136,9 @@ impl DeviceInner {
                                 ep: eps[i],
                             };
                             if self.handshake_tx.try_send(Some(job)).is_err() {
-                                self.stats.drop_handshake_queue_full.fetch_add(1, Ordering::Relaxed);
+                                self.stats
+                                    .drop_handshake_queue_full
+                                    .fetch_add(1, Ordering::Relaxed);
                             }
                         }
                         _ => {
@@ -154,7 +166,9 @@ impl DeviceInner {
         {
             let mut elems = c.elems.lock();
             for e in elems.v.iter_mut() {
-                let Some(kp) = c.keypairs.get(usize::from(e.kp)) else { continue };
+                let Some(kp) = c.keypairs.get(usize::from(e.kp)) else {
+                    continue;
+                };
                 let len = e.len;
                 match kp.kp.open(e.counter, &mut e.buf[..len]) {
                     Ok(n) => {
@@ -192,7 +206,9 @@ impl DeviceInner {
                     continue;
                 }
                 let k = usize::from(e.kp);
-                let Some(filter) = filters.get_mut(k) else { continue };
+                let Some(filter) = filters.get_mut(k) else {
+                    continue;
+                };
                 if !filter.check(e.counter) {
                     self.stats.drop_replay.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -212,7 +228,9 @@ impl DeviceInner {
                         data = true;
                     }
                     Some(_) => {
-                        self.stats.drop_source_not_allowed.fetch_add(1, Ordering::Relaxed);
+                        self.stats
+                            .drop_source_not_allowed
+                            .fetch_add(1, Ordering::Relaxed);
                     }
                     None => {
                         self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
@@ -244,7 +262,9 @@ impl DeviceInner {
             }
         }
         self.stats.tun_writes.fetch_add(1, Ordering::Relaxed);
-        self.stats.tun_packets_written.fetch_add(slices.len() as u64, Ordering::Relaxed);
+        self.stats
+            .tun_packets_written
+            .fetch_add(slices.len() as u64, Ordering::Relaxed);
         if let Err(e) = self.tun.write(&mut slices, &sizes, HEADROOM) {
             if !self.is_closed() {
                 tracing::error!(device = %self.name, "failed to write packets to TUN: {e}");

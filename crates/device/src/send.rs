@@ -41,12 +41,16 @@ impl DeviceInner {
                 }
             };
             self.stats.tun_reads.fetch_add(1, Ordering::Relaxed);
-            self.stats.tun_packets_read.fetch_add(n as u64, Ordering::Relaxed);
+            self.stats
+                .tun_packets_read
+                .fetch_add(n as u64, Ordering::Relaxed);
             {
                 let table = self.allowed_ips.read();
                 for i in 0..n.min(batch) {
                     let size = sizes[i];
-                    let Some(pkt) = bufs[i].get(HEADROOM..HEADROOM + size) else { continue };
+                    let Some(pkt) = bufs[i].get(HEADROOM..HEADROOM + size) else {
+                        continue;
+                    };
                     let peer = match pkt.first().map(|b| b >> 4) {
                         Some(4) if size >= 20 => {
                             let mut dst = [0u8; 4];
@@ -121,11 +125,18 @@ impl DeviceInner {
             return;
         }
         let elems = c.elems.lock();
-        let bufs: Vec<&[u8]> = elems.v.iter().filter(|e| e.ok).map(|e| &e.buf[..e.len]).collect();
+        let bufs: Vec<&[u8]> = elems
+            .v
+            .iter()
+            .filter(|e| e.ok)
+            .map(|e| &e.buf[..e.len])
+            .collect();
         if bufs.is_empty() {
             return;
         }
-        let data = bufs.iter().any(|b| b.len() != vpn_proto::transport::TRANSPORT_OVERHEAD);
+        let data = bufs
+            .iter()
+            .any(|b| b.len() != vpn_proto::transport::TRANSPORT_OVERHEAD);
         peer.timers_any_authenticated_packet_traversal(self);
         peer.timers_any_authenticated_packet_sent();
         let res = peer.send_buffers(self, &bufs);

@@ -163,7 +163,9 @@ impl TimerWheel {
                     let Some(Reverse(e)) = heap.pop() else { break };
                     due.push(e);
                 }
-                if due.is_empty() && now.saturating_duration_since(last_tick) < Duration::from_secs(1) {
+                if due.is_empty()
+                    && now.saturating_duration_since(last_tick) < Duration::from_secs(1)
+                {
                     let wait = heap
                         .peek()
                         .map(|Reverse(e)| Duration::from_nanos(e.at - now.as_nanos()))
@@ -180,7 +182,9 @@ impl TimerWheel {
                 tick();
             }
             for e in due {
-                let Some(peer) = e.peer.upgrade() else { continue };
+                let Some(peer) = e.peer.upgrade() else {
+                    continue;
+                };
                 let t = &peer.timers;
                 let i = e.kind as usize;
                 if t.queued[i].load(Ordering::Acquire) != e.at {

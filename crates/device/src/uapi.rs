@@ -73,9 +73,9 @@ pub(crate) fn ipc_set(dev: &Arc<DeviceInner>, config: &str) -> Result<(), IpcErr
             if line.is_empty() {
                 break;
             }
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| IpcError::new(IPC_ERROR_PROTOCOL, format!("failed to parse line {line:?}")))?;
+            let (key, value) = line.split_once('=').ok_or_else(|| {
+                IpcError::new(IPC_ERROR_PROTOCOL, format!("failed to parse line {line:?}"))
+            })?;
             if key == "public_key" {
                 if let Some(s) = section.take() {
                     finish_section(dev, s);
@@ -102,7 +102,8 @@ pub(crate) fn ipc_set(dev: &Arc<DeviceInner>, config: &str) -> Result<(), IpcErr
 fn set_device_key(dev: &Arc<DeviceInner>, key: &str, value: &str) -> Result<(), IpcError> {
     match key {
         "private_key" => {
-            let k = PrivateKey::from_hex(value).map_err(|e| invalid(format!("failed to set private_key: {e}")))?;
+            let k = PrivateKey::from_hex(value)
+                .map_err(|e| invalid(format!("failed to set private_key: {e}")))?;
             dev.set_private_key(Some(k));
         }
         "listen_port" => {
@@ -110,17 +111,29 @@ fn set_device_key(dev: &Arc<DeviceInner>, key: &str, value: &str) -> Result<(), 
                 .parse()
                 .map_err(|e| invalid(format!("failed to parse listen_port: {e}")))?;
             dev.net.lock().port = port;
-            dev.bind_update()
-                .map_err(|e| IpcError::new(IPC_ERROR_PORT_IN_USE, format!("failed to set listen_port: {e}")))?;
+            dev.bind_update().map_err(|e| {
+                IpcError::new(
+                    IPC_ERROR_PORT_IN_USE,
+                    format!("failed to set listen_port: {e}"),
+                )
+            })?;
         }
         "fwmark" => {
-            let mark: u32 = value.parse().map_err(|e| invalid(format!("invalid fwmark: {e}")))?;
-            dev.set_fwmark(mark)
-                .map_err(|e| IpcError::new(IPC_ERROR_PORT_IN_USE, format!("failed to update fwmark: {e}")))?;
+            let mark: u32 = value
+                .parse()
+                .map_err(|e| invalid(format!("invalid fwmark: {e}")))?;
+            dev.set_fwmark(mark).map_err(|e| {
+                IpcError::new(
+                    IPC_ERROR_PORT_IN_USE,
+                    format!("failed to update fwmark: {e}"),
+                )
+            })?;
         }
         "replace_peers" => {
             if value != "true" {
-                return Err(invalid(format!("failed to set replace_peers, invalid value: {value}")));
+                return Err(invalid(format!(
+                    "failed to set replace_peers, invalid value: {value}"
+                )));
             }
             dev.remove_all_peers();
         }
@@ -130,8 +143,14 @@ fn set_device_key(dev: &Arc<DeviceInner>, key: &str, value: &str) -> Result<(), 
 }
 
 fn begin_section(dev: &Arc<DeviceInner>, value: &str) -> Result<Section, IpcError> {
-    let pk = PublicKey::from_hex(value).map_err(|e| invalid(format!("failed to get peer by public key: {e}")))?;
-    let own = dev.identity.read().identity.as_ref().map(|i| *i.public_key());
+    let pk = PublicKey::from_hex(value)
+        .map_err(|e| invalid(format!("failed to get peer by public key: {e}")))?;
+    let own = dev
+        .identity
+        .read()
+        .identity
+        .as_ref()
+        .map(|i| *i.public_key());
     if own == Some(pk) {
         return Ok(Section {
             peer: None,
@@ -157,7 +176,11 @@ fn begin_section(dev: &Arc<DeviceInner>, value: &str) -> Result<Section, IpcErro
         match id.identity.as_ref() {
             Some(i) => Handshake::new(i, pk, PresharedKey::zero()),
             // No private key yet: precompute against a placeholder; setting the key recomputes.
-            None => Handshake::new(&StaticIdentity::new(PrivateKey::from_bytes([0; 32])), pk, PresharedKey::zero()),
+            None => Handshake::new(
+                &StaticIdentity::new(PrivateKey::from_bytes([0; 32])),
+                pk,
+                PresharedKey::zero(),
+            ),
         }
     };
     let peer = Peer::new(dev, pk, hs);
@@ -171,12 +194,19 @@ fn begin_section(dev: &Arc<DeviceInner>, value: &str) -> Result<Section, IpcErro
     })
 }
 
-fn set_peer_key(dev: &Arc<DeviceInner>, s: &mut Section, key: &str, value: &str) -> Result<(), IpcError> {
+fn set_peer_key(
+    dev: &Arc<DeviceInner>,
+    s: &mut Section,
+    key: &str,
+    value: &str,
+) -> Result<(), IpcError> {
     let parse_true = |what: &str| {
         if value == "true" {
             Ok(())
         } else {
-            Err(invalid(format!("failed to set {what}, invalid value: {value}")))
+            Err(invalid(format!(
+                "failed to set {what}, invalid value: {value}"
+            )))
         }
     };
     match key {
@@ -203,7 +233,8 @@ fn set_peer_key(dev: &Arc<DeviceInner>, s: &mut Section, key: &str, value: &str)
     // Validate values even for a dummy section, so errors are reported the same way.
     match key {
         "preshared_key" => {
-            let k = PresharedKey::from_hex(value).map_err(|e| invalid(format!("failed to set preshared key: {e}")))?;
+            let k = PresharedKey::from_hex(value)
+                .map_err(|e| invalid(format!("failed to set preshared key: {e}")))?;
             if let Some(p) = live(s) {
                 p.handshake.lock().hs.set_preshared_key(k);
             }
@@ -220,11 +251,13 @@ fn set_peer_key(dev: &Arc<DeviceInner>, s: &mut Section, key: &str, value: &str)
             }
         }
         "persistent_keepalive_interval" => {
-            let secs: u16 = value
-                .parse()
-                .map_err(|e| invalid(format!("failed to set persistent keepalive interval: {e}")))?;
+            let secs: u16 = value.parse().map_err(|e| {
+                invalid(format!("failed to set persistent keepalive interval: {e}"))
+            })?;
             if let Some(p) = live(s) {
-                let old = p.persistent_keepalive.swap(u32::from(secs), Ordering::Relaxed);
+                let old = p
+                    .persistent_keepalive
+                    .swap(u32::from(secs), Ordering::Relaxed);
                 s.pka_turned_on = old == 0 && secs != 0;
             }
         }
@@ -239,7 +272,8 @@ fn set_peer_key(dev: &Arc<DeviceInner>, s: &mut Section, key: &str, value: &str)
                 Some(rest) => (true, rest),
                 None => (false, value),
             };
-            let (addr, cidr) = parse_prefix(prefix).ok_or_else(|| invalid(format!("failed to set allowed ip: {value}")))?;
+            let (addr, cidr) = parse_prefix(prefix)
+                .ok_or_else(|| invalid(format!("failed to set allowed ip: {value}")))?;
             if let Some(p) = live(s) {
                 let mut table = dev.allowed_ips.write();
                 if remove {
@@ -318,12 +352,19 @@ pub(crate) fn ipc_get(dev: &Arc<DeviceInner>) -> String {
     }
     let peers: Vec<Arc<Peer>> = {
         let p = dev.peers.read();
-        p.order.iter().filter_map(|k| p.by_key.get(k).cloned()).collect()
+        p.order
+            .iter()
+            .filter_map(|k| p.by_key.get(k).cloned())
+            .collect()
     };
     let table = dev.allowed_ips.read();
     for p in peers {
         let _ = writeln!(out, "public_key={}", p.public_key.to_hex());
-        let _ = writeln!(out, "preshared_key={}", p.handshake.lock().hs.preshared_key().to_hex());
+        let _ = writeln!(
+            out,
+            "preshared_key={}",
+            p.handshake.lock().hs.preshared_key().to_hex()
+        );
         out.push_str("protocol_version=1\n");
         if let Some(ep) = p.endpoint.lock().ep {
             let _ = writeln!(out, "endpoint={}", ep.dst_to_string());
@@ -347,7 +388,11 @@ pub(crate) fn ipc_get(dev: &Arc<DeviceInner>) -> String {
 }
 
 /// Serves UAPI requests from `r`, answering on `w`, until EOF or an unknown operation.
-pub(crate) fn handle<R: BufRead, W: Write>(dev: &Arc<DeviceInner>, mut r: R, mut w: W) -> io::Result<()> {
+pub(crate) fn handle<R: BufRead, W: Write>(
+    dev: &Arc<DeviceInner>,
+    mut r: R,
+    mut w: W,
+) -> io::Result<()> {
     let mut line = String::new();
     loop {
         line.clear();
@@ -371,7 +416,10 @@ pub(crate) fn handle<R: BufRead, W: Write>(dev: &Arc<DeviceInner>, mut r: R, mut
                 let mut blank = String::new();
                 r.read_line(&mut blank)?;
                 if blank != "\n" {
-                    Err(IpcError::new(IPC_ERROR_PROTOCOL, "get=1 must be followed by an empty line"))
+                    Err(IpcError::new(
+                        IPC_ERROR_PROTOCOL,
+                        "get=1 must be followed by an empty line",
+                    ))
                 } else {
                     w.write_all(ipc_get(dev).as_bytes())?;
                     Ok(())
@@ -396,9 +444,20 @@ mod tests {
 
     #[test]
     fn prefixes() {
-        assert_eq!(parse_prefix("10.1.2.3/8"), Some(("10.1.2.3".parse().unwrap(), 8)));
+        assert_eq!(
+            parse_prefix("10.1.2.3/8"),
+            Some(("10.1.2.3".parse().unwrap(), 8))
+        );
         assert_eq!(parse_prefix("fd00::/128").unwrap().1, 128);
-        for bad in ["10.0.0.0", "10.0.0.0/33", "fd00::/129", "x/1", "10.0.0.0/", "10.0.0.0/+1", "10.0.0.0/0001"] {
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "fd00::/129",
+            "x/1",
+            "10.0.0.0/",
+            "10.0.0.0/+1",
+            "10.0.0.0/0001",
+        ] {
             assert!(parse_prefix(bad).is_none(), "{bad}");
         }
     }

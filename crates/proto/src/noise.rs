@@ -1275,9 +1275,9 @@ mod tests {
     fn random_input_never_panics() {
         let mut p = pair(12);
         let mut rng = StdRng::seed_from_u64(99);
-        let init =
-            p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng)
-                .unwrap();
+        // An initiation in flight, so responses reach the decryption path.
+        p.i.create_initiation(&p.i_id, 1, ts(1), &mut p.rng)
+            .unwrap();
         for round in 0..3000 {
             let len = match round % 3 {
                 0 => INITIATION_SIZE,

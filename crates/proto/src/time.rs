@@ -73,6 +73,9 @@ mod tests {
         assert_eq!(a - Instant::from_nanos(9), Duration::ZERO);
         assert_eq!((a + Duration::from_nanos(3)).as_nanos(), 8);
         assert_eq!(a.checked_sub(Duration::from_nanos(6)), None);
-        assert_eq!(Instant::from_nanos(u64::MAX) + Duration::from_secs(1), Instant::from_nanos(u64::MAX));
+        assert_eq!(
+            Instant::from_nanos(u64::MAX) + Duration::from_secs(1),
+            Instant::from_nanos(u64::MAX)
+        );
     }
 }

@@ -38,7 +38,8 @@ pub trait Device: Send + Sync {
     /// A device with segmentation offload may split one super-packet across several buffers. If
     /// they do not all fit it fills what it can and returns [`too_many_segments`] (the caller
     /// logs it and keeps reading).
-    fn read(&self, bufs: &mut [&mut [u8]], sizes: &mut [usize], offset: usize) -> io::Result<usize>;
+    fn read(&self, bufs: &mut [&mut [u8]], sizes: &mut [usize], offset: usize)
+        -> io::Result<usize>;
 
     /// Writes a batch of packets. Packet `i` is `bufs[i][offset..offset + sizes[i]]`. The bytes
     /// before `offset` are headroom and the bytes after the packet are spare room; an

@@ -5,7 +5,7 @@
 //! `read` drains up to a whole batch.
 
 use crate::{Device, Event};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -80,10 +80,7 @@ impl MemoryTunHandle {
 
     /// The next packet the device wrote, waiting up to `timeout`.
     pub fn recv(&self, timeout: Duration) -> Option<Vec<u8>> {
-        match self.inbound_rx.recv_timeout(timeout) {
-            Ok(p) => Some(p),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.inbound_rx.recv_timeout(timeout).ok()
     }
 
     /// A packet the device wrote, if one is waiting.
@@ -106,7 +103,12 @@ impl MemoryTunHandle {
 }
 
 impl Device for MemoryTun {
-    fn read(&self, bufs: &mut [&mut [u8]], sizes: &mut [usize], offset: usize) -> io::Result<usize> {
+    fn read(
+        &self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        offset: usize,
+    ) -> io::Result<usize> {
         let n = bufs.len().min(sizes.len()).min(self.batch);
         if n == 0 {
             return Ok(0);
@@ -122,7 +124,9 @@ impl Device for MemoryTun {
             }
         };
         match self.outbound_rx.recv() {
-            Ok(p) if p.is_empty() && self.inner.closed.load(Ordering::Acquire) => return Err(closed()),
+            Ok(p) if p.is_empty() && self.inner.closed.load(Ordering::Acquire) => {
+                return Err(closed())
+            }
             Ok(p) => {
                 place(p, 0, bufs, sizes);
                 got = 1;
@@ -147,12 +151,15 @@ impl Device for MemoryTun {
             return Err(closed());
         }
         for (buf, &size) in bufs.iter().zip(sizes) {
-            let p = buf
-                .get(offset..offset + size)
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "packet outside buffer"))?;
+            let p = buf.get(offset..offset + size).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "packet outside buffer")
+            })?;
             // A full queue pushes back for a while (lossless tests), then drops as a TUN whose
             // reader is stuck would.
-            let _ = self.inner.inbound_tx.send_timeout(p.to_vec(), Duration::from_secs(2));
+            let _ = self
+                .inner
+                .inbound_tx
+                .send_timeout(p.to_vec(), Duration::from_secs(2));
         }
         Ok(bufs.len())
     }

@@ -14,6 +14,8 @@
 #[cfg(target_os = "linux")]
 pub mod cmsg;
 #[cfg(target_os = "linux")]
+pub mod daemon;
+#[cfg(target_os = "linux")]
 pub mod mmsg;
 #[cfg(target_os = "linux")]
 mod sockaddr;
