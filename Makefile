@@ -6,9 +6,10 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-device
 FUZZ_SECONDS ?= 10
 
-.PHONY: help build test test-unit lint fmt check-darwin bench fuzz-smoke clean
+.PHONY: help build demo test lint fmt check-darwin bench fuzz-smoke clean
 
 help:
+	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
 	@echo "make build         build everything (release)"
 	@echo "make test          the whole test suite (root runs the network-namespace tests too)"
 	@echo "make lint          rustfmt check and clippy with warnings denied"
@@ -18,6 +19,12 @@ help:
 
 build:
 	$(CARGO) build --workspace --release
+
+# The main job in one command: build, two namespaces, `vpn up` from wg-quick configs, ping,
+# 1 GiB through the tunnel with the throughput printed, then everything removed.
+demo:
+	$(CARGO) build --release -p vpn-cli
+	bash netns-tests/demo.sh target/release/vpn
 
 # Everything a user runs to test: unit, scenario and interop tests.
 test:

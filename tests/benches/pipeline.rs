@@ -28,10 +28,7 @@ struct BenchTun {
     written_packets: AtomicU64,
     written_bytes: AtomicU64,
     closed: AtomicBool,
-    events: (
-        crossbeam_channel::Sender<Event>,
-        crossbeam_channel::Receiver<Event>,
-    ),
+    events: crossbeam_channel::Receiver<Event>,
 }
 
 impl BenchTun {
@@ -44,7 +41,8 @@ impl BenchTun {
             written_packets: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
-            events: crossbeam_channel::bounded(4),
+            // The sender is dropped at once: no events, and a disconnected channel.
+            events: crossbeam_channel::bounded(4).1,
         })
     }
 }
@@ -88,7 +86,7 @@ impl vpn_tun::Device for BenchTun {
         Ok("bench".into())
     }
     fn events(&self) -> crossbeam_channel::Receiver<Event> {
-        self.events.1.clone()
+        self.events.clone()
     }
     fn close(&self) -> io::Result<()> {
         self.closed.store(true, Ordering::Relaxed);

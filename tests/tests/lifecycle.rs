@@ -136,3 +136,64 @@ fn up_down_storm_then_close_leaves_no_thread() {
         );
     }
 }
+
+/// A TUN that breaks the contract: its event channel never disconnects, even after close.
+struct StubbornTun {
+    _events_tx: crossbeam_channel::Sender<vpn_tun::Event>,
+    events_rx: crossbeam_channel::Receiver<vpn_tun::Event>,
+    closed: AtomicBool,
+}
+
+impl vpn_tun::Device for StubbornTun {
+    fn read(&self, _: &mut [&mut [u8]], _: &mut [usize], _: usize) -> std::io::Result<usize> {
+        while !self.closed.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(std::io::Error::other("closed"))
+    }
+    fn write(&self, bufs: &mut [&mut [u8]], _: &[usize], _: usize) -> std::io::Result<usize> {
+        Ok(bufs.len())
+    }
+    fn mtu(&self) -> std::io::Result<u32> {
+        Ok(1420)
+    }
+    fn name(&self) -> std::io::Result<String> {
+        Ok("stubborn".into())
+    }
+    fn events(&self) -> crossbeam_channel::Receiver<vpn_tun::Event> {
+        self.events_rx.clone()
+    }
+    fn close(&self) -> std::io::Result<()> {
+        self.closed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+    fn batch_size(&self) -> usize {
+        1
+    }
+}
+
+#[test]
+fn close_returns_even_if_the_tun_never_disconnects_its_events() {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let tun = Arc::new(StubbornTun {
+        _events_tx: tx,
+        events_rx: rx,
+        closed: AtomicBool::new(false),
+    });
+    let net = MemoryNetwork::new();
+    let dev = vpn_device::Device::new(
+        tun,
+        Arc::new(net.bind("198.18.0.1".parse().unwrap(), 1)),
+        vpn_device::Logger::new("stubborn"),
+    );
+    dev.up().unwrap();
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        dev.close();
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+        "close hung"
+    );
+}

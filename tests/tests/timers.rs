@@ -21,6 +21,18 @@ fn settle() {
     std::thread::sleep(Duration::from_millis(150));
 }
 
+/// Waits (real time, bounded) until `cond` holds; returns whether it did.
+fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
 fn exchange(a: &Node, b: &Node, tag: &str) {
     for i in 0..10 {
         let m = format!("{tag} a->b {i}");
@@ -74,11 +86,20 @@ fn old_keypair_refused_after_reject_time_and_zeroed_after_540s() {
         .try_iter()
         .find(|(_, to, d)| *to == b.addr() && d[0] == 4 && d.len() > 32)
         .unwrap();
-    // Step through time as it would pass: b's passive keepalive goes out at 10 s (with valid
-    // keys), then the link is silent.
+    // b's passive keepalive goes out at 10 s (with valid keys), then the link is silent.
+    let pa = a.dev.peer(&b.key.public_key()).unwrap();
+    let rx0 = pa.rx_tx_bytes().0;
     clock.advance(Duration::from_secs(11));
-    settle();
-    clock.advance(Duration::from_secs(170));
+    assert!(
+        wait_for(Duration::from_secs(10), || pa.rx_tx_bytes().0 > rx0),
+        "b's passive keepalive reached a"
+    );
+    // Walk the silent period in 10 s steps, as real time would pass: b's second keepalive (it
+    // received two data packets, so it owes one more) goes out at 21 s with valid keys.
+    for _ in 0..17 {
+        clock.advance(Duration::from_secs(10));
+        settle();
+    }
     settle();
     let before = b.dev.stats().drop_expired_keypair;
     net.inject(from, to, data);
@@ -92,11 +113,14 @@ fn old_keypair_refused_after_reject_time_and_zeroed_after_540s() {
     assert!(b.tun.try_recv().is_none());
     // 540 s after the handshake all key material is erased.
     clock.advance(Duration::from_secs(360));
-    settle();
-    let pa = a.dev.peer(&b.key.public_key()).unwrap();
     let pb = b.dev.peer(&a.key.public_key()).unwrap();
-    assert_eq!(pa.keypair_count(), 0);
-    assert_eq!(pb.keypair_count(), 0);
+    assert!(
+        wait_for(Duration::from_secs(10), || pa.keypair_count() == 0
+            && pb.keypair_count() == 0),
+        "keypairs left: a {} b {}",
+        pa.keypair_count(),
+        pb.keypair_count()
+    );
     // And a new handshake brings the tunnel back.
     assert!(ping(&a, &b, false, Duration::from_secs(5)));
 }
@@ -122,16 +146,28 @@ fn handshake_retransmits_then_gives_up() {
         2,
         b"x",
     ));
-    settle();
-    let sent0 = a.dev.stats().handshakes_sent;
-    assert_eq!(sent0, 1);
-    for _ in 0..25 {
+    assert!(wait_for(Duration::from_secs(10), || a
+        .dev
+        .stats()
+        .handshakes_sent
+        == 1));
+    // Each step of 5.4 s (more than 5 s + the largest jitter) fires exactly one retransmission;
+    // wait for it before the next step so no two steps merge.
+    let mut sent = 1;
+    let mut quiet = 0;
+    while quiet < 3 && sent < 40 {
         clock.advance(Duration::from_millis(5400));
-        settle();
+        if wait_for(Duration::from_secs(3), || {
+            a.dev.stats().handshakes_sent > sent
+        }) {
+            sent = a.dev.stats().handshakes_sent;
+            quiet = 0;
+        } else {
+            quiet += 1;
+        }
     }
-    let sent = a.dev.stats().handshakes_sent;
-    // 1 + 18 retries + the attempt that hits the limit, then silence.
-    assert!((19..=21).contains(&sent), "initiations sent: {sent}");
+    // The first initiation, then one per retransmit until the attempt counter passes 18.
+    assert_eq!(sent, 20, "initiations sent");
     clock.advance(Duration::from_secs(60));
     settle();
     assert_eq!(a.dev.stats().handshakes_sent, sent, "gave up");
@@ -166,9 +202,11 @@ fn persistent_keepalive_fires_on_schedule_and_idle_peers_stay_quiet() {
         .unwrap();
     settle();
     let (s2, _) = a.bind.sent();
+    let mut last = s2;
     for _ in 0..6 {
         clock.advance(Duration::from_millis(5100));
-        settle();
+        wait_for(Duration::from_secs(3), || a.bind.sent().0 > last);
+        last = a.bind.sent().0;
     }
     let (s3, _) = a.bind.sent();
     assert!(s3 - s2 >= 5, "persistent keepalives sent: {}", s3 - s2);

@@ -15,7 +15,12 @@ mod quick;
 mod show;
 
 #[derive(Parser, Debug)]
-#[command(name = "vpn", version, about = "A fast userspace WireGuard data plane", args_conflicts_with_subcommands = true)]
+#[command(
+    name = "vpn",
+    version,
+    about = "A fast userspace WireGuard data plane",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     /// Stay in the foreground (the daemon otherwise detaches).
     #[arg(short = 'f', long)]
@@ -70,14 +75,27 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(verbose: u8) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
+    // wireguard-go's LOG_LEVEL (verbose/debug, error, silent) applies when neither -v nor
+    // RUST_LOG says otherwise.
+    let log_level = match std::env::var("LOG_LEVEL").as_deref() {
+        Ok("verbose") | Ok("debug") => Some("debug"),
+        Ok("error") => Some("error"),
+        Ok("silent") => Some("off"),
+        _ => None,
+    };
     let default = match verbose {
-        0 => "info",
+        0 => log_level.unwrap_or("info"),
         1 => "debug",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// Errors reported to the user as one line.

@@ -143,6 +143,10 @@ pub struct DeviceInner {
     accepting_readers: AtomicBool,
     pub(crate) readers_started: AtomicUsize,
     closed: (Mutex<bool>, Condvar),
+    /// Dropped by `close`: wakes threads that wait on something the device does not own (the
+    /// TUN's event channel), so a TUN that never disconnects it cannot hang `close`.
+    shutdown_tx: Mutex<Option<Sender<()>>>,
+    shutdown_rx: Receiver<()>,
 }
 
 /// A WireGuard device (`device.Device`): a TUN, a bind, and the peers between them.
@@ -179,6 +183,7 @@ impl Device {
             .unwrap_or(DEFAULT_MTU)
             .min(MAX_CONTENT_SIZE);
         let clock = opts.clock.clone();
+        let (shutdown_tx, shutdown_rx) = bounded(0);
         let inner = Arc::new(DeviceInner {
             name: logger.name.clone(),
             tun,
@@ -224,6 +229,8 @@ impl Device {
             accepting_readers: AtomicBool::new(false),
             readers_started: AtomicUsize::new(0),
             closed: (Mutex::new(false), Condvar::new()),
+            shutdown_tx: Mutex::new(Some(shutdown_tx)),
+            shutdown_rx,
         });
         inner.start_threads();
         Device { inner }
@@ -408,7 +415,10 @@ impl DeviceInner {
         threads.push(spawn("tun-reader", move || d.tun_reader()));
         let d = Arc::downgrade(self);
         let events = self.tun.events();
-        threads.push(spawn("tun-events", move || tun_event_reader(d, events)));
+        let shutdown = self.shutdown_rx.clone();
+        threads.push(spawn("tun-events", move || {
+            tun_event_reader(d, events, shutdown)
+        }));
     }
 
     fn crypto_worker(&self) {
@@ -486,6 +496,7 @@ impl DeviceInner {
             self.allowed_ips.write().clear();
         }
         self.timers.stop();
+        self.shutdown_tx.lock().take();
         for _ in 0..self.workers {
             self.submit(Job::Stop);
         }
@@ -706,8 +717,19 @@ impl ReceiveFuncStarter for Starter {
     }
 }
 
-fn tun_event_reader(dev: Weak<DeviceInner>, events: Receiver<vpn_tun::Event>) {
-    while let Ok(ev) = events.recv() {
+fn tun_event_reader(
+    dev: Weak<DeviceInner>,
+    events: Receiver<vpn_tun::Event>,
+    shutdown: Receiver<()>,
+) {
+    loop {
+        let ev = crossbeam_channel::select! {
+            recv(events) -> ev => match ev {
+                Ok(ev) => ev,
+                Err(_) => return,
+            },
+            recv(shutdown) -> _ => return,
+        };
         let Some(d) = dev.upgrade() else { return };
         if d.is_closed() {
             return;

@@ -1,1 +1,38 @@
-//! (being written)
+//! The UAPI socket: `/var/run/wireguard/<ifname>.sock`, served to `wg` and `wg-quick`
+//! (§2.16 of the reference behaviour).
+//!
+//! [`UapiListener::bind`] creates the socket the way wireguard-go does (directory 0755, socket
+//! 0600, a stale file from a dead daemon replaced, a live one left alone) and
+//! [`UapiListener::serve`] answers `set=1` / `get=1` requests on it, one thread per
+//! connection. One private request is added for `vpn show`: `stats=1` (followed by an empty
+//! line) dumps the batching counters as `key=value` lines; `wg` never sends it.
+//!
+//! The server watches its socket path with inotify and reports when the file disappears: an
+//! administrator stops a userspace WireGuard daemon by deleting its socket.
+
+#![forbid(unsafe_code)]
+
+pub mod client;
+#[cfg(target_os = "linux")]
+mod listener;
+#[cfg(target_os = "linux")]
+mod server;
+mod stats;
+#[cfg(all(test, target_os = "linux"))]
+mod tests;
+
+#[cfg(target_os = "linux")]
+pub use listener::UapiListener;
+#[cfg(target_os = "linux")]
+pub use server::{ServeOptions, StatsFn, UapiServer};
+pub use stats::write_device_stats;
+
+use std::path::{Path, PathBuf};
+
+/// Where the sockets live (wireguard-go's `socketDirectory`).
+pub const DEFAULT_DIR: &str = "/var/run/wireguard";
+
+/// The socket of interface `ifname` in `dir`: `<dir>/<ifname>.sock`.
+pub fn socket_path(dir: &Path, ifname: &str) -> PathBuf {
+    dir.join(format!("{ifname}.sock"))
+}

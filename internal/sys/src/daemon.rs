@@ -313,7 +313,10 @@ mod tests {
         // SAFETY: valid local timespec.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
         let mono = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
-        assert!(boottime() >= mono, "boot time counts at least as much as monotonic time");
+        assert!(
+            boottime() >= mono,
+            "boot time counts at least as much as monotonic time"
+        );
     }
 
     fn current_umask() -> libc::mode_t {
@@ -353,7 +356,10 @@ mod tests {
             Watch::Events(m) => assert!(m & (IN_ATTRIB | IN_DELETE_SELF) != 0, "{m:#x}"),
             Watch::Woken => panic!("expected an event"),
         }
-        assert!(Inotify::watch(&f, IN_ATTRIB).is_err(), "a missing path cannot be watched");
+        assert!(
+            Inotify::watch(&f, IN_ATTRIB).is_err(),
+            "a missing path cannot be watched"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

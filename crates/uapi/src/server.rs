@@ -1,0 +1,337 @@
+//! Serving the UAPI socket: the accept loop, one thread per connection, the request framing
+//! and the inotify watch on the socket path.
+
+use crate::listener::{identity, UapiListener};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use vpn_device::uapi::IPC_ERROR_PROTOCOL;
+use vpn_device::Device;
+use vpn_sys::daemon::{Inotify, Watch, IN_ATTRIB, IN_DELETE, IN_DELETE_SELF};
+
+/// Appends extra `key=value` lines to a `stats=1` reply (the daemon's TUN and bind counters).
+pub type StatsFn = Box<dyn Fn(&mut String) + Send + Sync>;
+
+/// The longest request line accepted; a longer one closes the connection (a `set` body is
+/// read line by line, so this bounds the memory one client can pin per line).
+const MAX_LINE: u64 = 64 * 1024;
+
+/// What [`UapiListener::serve_with`] adds to plain serving.
+#[derive(Default)]
+pub struct ServeOptions {
+    /// Extra lines for `stats=1`, after the device's own counters.
+    pub extra_stats: Option<StatsFn>,
+    /// Called once, from the watcher thread, when the socket file is deleted or replaced.
+    /// It must not call [`UapiServer::close`] itself and wait for it (send a message instead).
+    pub on_removed: Option<Box<dyn FnOnce() + Send>>,
+}
+
+struct Shared {
+    dev: Arc<Device>,
+    listener: std::os::unix::net::UnixListener,
+    path: PathBuf,
+    ident: Option<(u64, u64)>,
+    closing: AtomicBool,
+    extra_stats: Option<StatsFn>,
+    /// Open connections (a clone of each stream, to shut them down on close) and their threads.
+    conns: Mutex<HashMap<u64, UnixStream>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    next_id: AtomicU64,
+    inotify: Option<Inotify>,
+    removed: AtomicBool,
+}
+
+/// A running UAPI server. [`close`](Self::close) (or drop) stops it and removes the socket.
+pub struct UapiServer {
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl UapiListener {
+    /// Serves `dev` on this socket until [`UapiServer::close`].
+    pub fn serve(self, dev: Arc<Device>) -> UapiServer {
+        self.serve_with(dev, ServeOptions::default())
+    }
+
+    /// [`serve`](Self::serve) with extra statistics and a removal callback.
+    pub fn serve_with(self, dev: Arc<Device>, opts: ServeOptions) -> UapiServer {
+        let inotify = match Inotify::watch(&self.path, IN_ATTRIB | IN_DELETE | IN_DELETE_SELF) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot watch {}: {e}; its removal will go unnoticed",
+                    self.path.display()
+                );
+                None
+            }
+        };
+        let shared = Arc::new(Shared {
+            dev,
+            listener: self.listener,
+            path: self.path,
+            ident: self.ident,
+            closing: AtomicBool::new(false),
+            extra_stats: opts.extra_stats,
+            conns: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
+            inotify,
+            removed: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("uapi-accept".into())
+            .spawn(move || accept_loop(&s))
+            .map_err(|e| tracing::error!("UAPI accept thread: {e}"))
+            .ok();
+        let watcher = if shared.inotify.is_some() {
+            let s = shared.clone();
+            let on_removed = opts.on_removed;
+            std::thread::Builder::new()
+                .name("uapi-watch".into())
+                .spawn(move || watch_loop(&s, on_removed))
+                .map_err(|e| tracing::error!("UAPI watcher thread: {e}"))
+                .ok()
+        } else {
+            None
+        };
+        UapiServer {
+            shared,
+            accept,
+            watcher,
+        }
+    }
+}
+
+impl UapiServer {
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Whether the watcher has seen the socket file deleted or replaced.
+    pub fn removed(&self) -> bool {
+        self.shared.removed.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting, ends open connections, joins every thread and removes the socket
+    /// file if it is still ours. Idempotent.
+    pub fn close(&mut self) {
+        let s = &self.shared;
+        s.closing.store(true, Ordering::Release);
+        // shutdown(2) on a listening socket wakes a thread blocked in accept(2) at once.
+        if let Err(e) = socket2::SockRef::from(&s.listener).shutdown(Shutdown::Both) {
+            tracing::debug!("UAPI listener shutdown: {e}");
+        }
+        if let Some(w) = &s.inotify {
+            w.wake();
+        }
+        for h in [self.accept.take(), self.watcher.take()]
+            .into_iter()
+            .flatten()
+        {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        for c in s.conns.lock().values() {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        let threads = std::mem::take(&mut *s.threads.lock());
+        for h in threads {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        if s.ident.is_some() && identity(&s.path) == s.ident {
+            if let Err(e) = std::fs::remove_file(&s.path) {
+                tracing::warn!("removing {}: {e}", s.path.display());
+            }
+        }
+    }
+}
+
+impl Drop for UapiServer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn accept_loop(s: &Arc<Shared>) {
+    loop {
+        let res = s.listener.accept();
+        if s.closing.load(Ordering::Acquire) {
+            return;
+        }
+        match res {
+            Ok((stream, _)) => spawn_conn(s, stream),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::ECONNABORTED) => {}
+                Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS)
+                | Some(libc::ENOMEM) => {
+                    tracing::warn!("UAPI accept: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                _ => {
+                    tracing::error!("UAPI accept failed, no longer serving: {e}");
+                    return;
+                }
+            },
+        }
+    }
+}
+
+fn spawn_conn(s: &Arc<Shared>, stream: UnixStream) {
+    let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+    match stream.try_clone() {
+        Ok(c) => {
+            s.conns.lock().insert(id, c);
+        }
+        Err(e) => {
+            tracing::warn!("UAPI connection: {e}");
+            return;
+        }
+    }
+    let sh = s.clone();
+    let spawned = std::thread::Builder::new()
+        .name("uapi-conn".into())
+        .spawn(move || {
+            if let Err(e) = handle(&sh, &stream) {
+                tracing::debug!("UAPI connection ended: {e}");
+            }
+            sh.conns.lock().remove(&id);
+        });
+    let mut threads = s.threads.lock();
+    threads.retain(|h| !h.is_finished());
+    match spawned {
+        Ok(h) => threads.push(h),
+        Err(e) => {
+            tracing::warn!("UAPI connection thread: {e}");
+            s.conns.lock().remove(&id);
+        }
+    }
+}
+
+/// Reads one line (with its `\n`) of at most [`MAX_LINE`] bytes; `Ok(false)` at EOF.
+fn read_line<R: BufRead>(r: &mut R, line: &mut String) -> io::Result<bool> {
+    line.clear();
+    let n = r.by_ref().take(MAX_LINE).read_line(line)?;
+    if n as u64 == MAX_LINE && !line.ends_with('\n') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "request line too long",
+        ));
+    }
+    Ok(n > 0)
+}
+
+/// Serves requests on one connection until EOF or an unknown operation (which closes it,
+/// as wireguard-go does).
+fn handle(s: &Shared, stream: &UnixStream) -> io::Result<()> {
+    let mut r = BufReader::new(stream);
+    let mut w = io::BufWriter::new(stream);
+    serve_requests(s, &mut r, &mut w)
+}
+
+fn serve_requests<R: BufRead, W: Write>(s: &Shared, r: &mut R, w: &mut W) -> io::Result<()> {
+    let mut line = String::new();
+    let mut body = String::new();
+    loop {
+        if !read_line(r, &mut line)? || s.closing.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let status: i64 = match line.as_str() {
+            "set=1\n" => {
+                body.clear();
+                let mut complete = false;
+                while read_line(r, &mut line)? {
+                    if line == "\n" {
+                        complete = true;
+                        break;
+                    }
+                    body.push_str(&line);
+                }
+                // A body cut short by EOF is applied, as wireguard-go applies what it read.
+                let res = s.dev.ipc_set(&body);
+                if let Err(e) = &res {
+                    tracing::info!("UAPI set: {}", e.message);
+                }
+                let code = res.err().map_or(0, |e| e.code);
+                if !complete {
+                    return Ok(());
+                }
+                code
+            }
+            "get=1\n" => {
+                if !read_line(r, &mut line)? || line != "\n" {
+                    IPC_ERROR_PROTOCOL
+                } else {
+                    match s.dev.ipc_get() {
+                        Ok(dump) => {
+                            w.write_all(dump.as_bytes())?;
+                            0
+                        }
+                        Err(e) => e.code,
+                    }
+                }
+            }
+            "stats=1\n" => {
+                if !read_line(r, &mut line)? || line != "\n" {
+                    IPC_ERROR_PROTOCOL
+                } else {
+                    let mut out = String::new();
+                    crate::write_device_stats(&s.dev.stats(), &mut out);
+                    if let Some(f) = &s.extra_stats {
+                        f(&mut out);
+                    }
+                    w.write_all(out.as_bytes())?;
+                    0
+                }
+            }
+            other => {
+                tracing::info!(
+                    "UAPI: unknown operation {:?}, closing the connection",
+                    other.trim_end()
+                );
+                return Ok(());
+            }
+        };
+        write!(w, "errno={status}\n\n")?;
+        w.flush()?;
+    }
+}
+
+/// Reports the socket file's removal: checked once at start (it may already be gone), then
+/// after every inotify event (an unlink changes the link count: IN_ATTRIB; the last one
+/// deletes the inode: IN_DELETE_SELF).
+fn watch_loop(s: &Shared, on_removed: Option<Box<dyn FnOnce() + Send>>) {
+    let Some(w) = &s.inotify else { return };
+    loop {
+        if s.closing.load(Ordering::Acquire) {
+            return;
+        }
+        if identity(&s.path) != s.ident || s.ident.is_none() {
+            tracing::info!("UAPI socket {} removed", s.path.display());
+            s.removed.store(true, Ordering::Release);
+            if let Some(f) = on_removed {
+                f();
+            }
+            return;
+        }
+        match w.wait() {
+            Ok(Watch::Events(_)) => {}
+            Ok(Watch::Woken) => return,
+            Err(e) => {
+                tracing::warn!("watching {}: {e}", s.path.display());
+                return;
+            }
+        }
+    }
+}

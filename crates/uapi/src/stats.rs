@@ -1,0 +1,68 @@
+//! The body of the private `stats=1` reply: device counters as `device.<name>=<n>` lines.
+//!
+//! `vpn show` turns them into the "batching:" section. The daemon appends the TUN's and the
+//! bind's counters (`tun.*`, `bind.*`) through [`crate::StatsFn`], since only it knows the
+//! concrete TUN and bind types.
+
+use std::fmt::Write as _;
+use vpn_device::Stats;
+
+/// Appends one `device.<counter>=<value>` line per device counter to `out`.
+pub fn write_device_stats(s: &Stats, out: &mut String) {
+    let fields: [(&str, u64); 21] = [
+        ("tun_reads", s.tun_reads),
+        ("tun_packets_read", s.tun_packets_read),
+        ("tun_writes", s.tun_writes),
+        ("tun_packets_written", s.tun_packets_written),
+        ("recv_calls", s.recv_calls),
+        ("datagrams_received", s.datagrams_received),
+        ("send_calls", s.send_calls),
+        ("datagrams_sent", s.datagrams_sent),
+        ("send_errors", s.send_errors),
+        ("handshakes_sent", s.handshakes_sent),
+        ("cookie_replies_sent", s.cookie_replies_sent),
+        ("drop_no_route", s.drop_no_route),
+        ("drop_unknown_index", s.drop_unknown_index),
+        ("drop_expired_keypair", s.drop_expired_keypair),
+        ("drop_malformed", s.drop_malformed),
+        ("drop_decrypt", s.drop_decrypt),
+        ("drop_replay", s.drop_replay),
+        ("drop_source_not_allowed", s.drop_source_not_allowed),
+        ("drop_bad_mac", s.drop_bad_mac),
+        ("drop_rate_limited", s.drop_rate_limited),
+        ("drop_handshake_queue_full", s.drop_handshake_queue_full),
+    ];
+    for (k, v) in fields {
+        let _ = writeln!(out, "device.{k}={v}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field of `Stats` (as its `Debug` output names them) has a line, so a counter
+    /// added to the device cannot silently go missing from `vpn show`.
+    #[test]
+    fn every_counter_is_dumped() {
+        let s = Stats {
+            drop_replay: 7,
+            ..Stats::default()
+        };
+        let mut out = String::new();
+        write_device_stats(&s, &mut out);
+        assert!(out.contains("device.drop_replay=7\n"));
+        let dbg = format!("{s:?}");
+        let inner = dbg.trim_start_matches("Stats {").trim_end_matches('}');
+        let mut n = 0;
+        for field in inner.split(',') {
+            let name = field.split(':').next().unwrap().trim();
+            if name.is_empty() {
+                continue;
+            }
+            n += 1;
+            assert!(out.contains(&format!("device.{name}=")), "{name} missing");
+        }
+        assert_eq!(out.lines().count(), n);
+    }
+}
