@@ -116,6 +116,20 @@ impl DeviceInner {
                             e.ep = eps[i];
                             e.kp = u8::try_from(k).unwrap_or(u8::MAX);
                             g.elems.v.push(e);
+                            // A started reader may return more than the device batch: hand
+                            // over full containers as they fill, so order is kept and no
+                            // container exceeds the batch the TUN writes at once.
+                            if g.elems.len() >= self.batch_size {
+                                let full = std::mem::replace(
+                                    g,
+                                    Group {
+                                        peer: g.peer.clone(),
+                                        keypairs: Vec::with_capacity(2),
+                                        elems: Elems::new(&self.in_pool, self.batch_size),
+                                    },
+                                );
+                                self.submit_group(full);
+                            }
                         }
                         MESSAGE_INITIATION | MESSAGE_RESPONSE | MESSAGE_COOKIE_REPLY => {
                             let exact = match ty {
@@ -148,17 +162,25 @@ impl DeviceInner {
                 }
             }
             for g in groups.drain(..) {
-                if !g.peer.is_running() || g.elems.is_empty() {
-                    continue;
-                }
-                let c = Arc::new(Container::new(g.peer.clone(), g.keypairs, g.elems));
-                g.peer.inbound.push(c.clone());
-                self.submit(crate::Job::Decrypt(c));
+                self.submit_group(g);
             }
         }
         for b in bufs {
             self.in_pool.put(b);
         }
+    }
+
+    /// Queues one peer's packets for decryption and in-order delivery.
+    fn submit_group(&self, g: Group) {
+        if !g.peer.is_running() || g.elems.is_empty() {
+            return;
+        }
+        let c = Arc::new(Container::new(g.peer.clone(), g.keypairs, g.elems));
+        g.peer.inbound.push(c.clone());
+        self.stats
+            .inbound_containers
+            .fetch_add(1, Ordering::Relaxed);
+        self.submit(crate::Job::Decrypt(c));
     }
 
     /// Worker: opens every packet of an inbound batch, then drains the peer's ordered queue.

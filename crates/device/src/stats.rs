@@ -32,6 +32,8 @@ stats! {
     recv_calls,
     /// Datagrams those calls returned.
     datagrams_received,
+    /// Per-peer inbound batches handed to the crypto workers.
+    inbound_containers,
     /// Bind send calls that succeeded.
     send_calls,
     /// Datagrams in those calls.
