@@ -60,8 +60,12 @@ fn traffic_continues_while_configuration_changes() {
         if i % 40 == 0 {
             // Swap a's private key away and back: every session is invalidated and redone.
             let other = private_key();
-            a.dev.ipc_set(&format!("private_key={}\n", other.to_hex())).unwrap();
-            a.dev.ipc_set(&format!("private_key={}\n", a.key.to_hex())).unwrap();
+            a.dev
+                .ipc_set(&format!("private_key={}\n", other.to_hex()))
+                .unwrap();
+            a.dev
+                .ipc_set(&format!("private_key={}\n", a.key.to_hex()))
+                .unwrap();
         }
         let _ = a.dev.ipc_get().unwrap();
     }
