@@ -5,7 +5,7 @@
 //! in place. Buffers are taken and returned with lock-free queue operations; a pool may be
 //! capped, and a taker then waits (it never allocates around the cap) until buffers come back.
 
-use crossbeam_queue::SegQueue;
+use crossbeam_queue::ArrayQueue;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,14 +18,21 @@ pub const HEADROOM: usize = 16;
 /// Size of each pooled buffer: headroom, the largest message, and slack for padding and the tag.
 pub const BUFFER_SIZE: usize = HEADROOM + MAX_MESSAGE_SIZE + 64;
 
+/// Spare buffers an unbounded pool keeps.
+const UNBOUNDED_FREE: usize = 4096;
+
 /// A pool of packet buffers with an optional cap on how many exist at once.
 pub struct BufferPool {
-    free: SegQueue<Box<[u8]>>,
+    /// Free buffers. Fixed capacity, so taking and returning never allocates; an unbounded pool
+    /// keeps at most `UNBOUNDED_FREE` spare buffers and frees the rest.
+    free: ArrayQueue<Box<[u8]>>,
     /// Buffers handed out and not yet returned.
     outstanding: AtomicUsize,
     /// Cap on `outstanding` (0: none).
     max: usize,
-    waiters: Mutex<usize>,
+    /// Takers waiting for a return: `put` only touches the lock and condvar when non-zero.
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
     cond: Condvar,
 }
 
@@ -33,10 +40,11 @@ impl BufferPool {
     /// A pool holding at most `max` buffers at once (0: unbounded).
     pub fn new(max: usize) -> Arc<BufferPool> {
         Arc::new(BufferPool {
-            free: SegQueue::new(),
+            free: ArrayQueue::new(if max == 0 { UNBOUNDED_FREE } else { max }),
             outstanding: AtomicUsize::new(0),
             max,
-            waiters: Mutex::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
             cond: Condvar::new(),
         })
     }
@@ -86,23 +94,25 @@ impl BufferPool {
 
     /// Returns a buffer.
     pub fn put(&self, buf: Box<[u8]>) {
-        self.free.push(buf);
+        // Full only for an unbounded pool with more spares than it keeps: free this one.
+        let _ = self.free.push(buf);
         self.outstanding.fetch_sub(1, Ordering::AcqRel);
-        if self.max != 0 && *self.waiters.lock() > 0 {
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            let _g = self.lock.lock();
             self.cond.notify_one();
         }
     }
 
     fn wait_for_return(&self) {
-        let mut w = self.waiters.lock();
-        *w += 1;
-        // Re-check under the lock so a put between the caller's check and here is not missed;
-        // the timeout bounds the cost of any wake-up lost to the lock-free fast path.
+        let mut g = self.lock.lock();
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        // Re-check after registering: a `put` that ran before saw no waiter and did not notify.
+        // A `put` racing with this check notifies under the lock, which we hold until we wait.
         if self.outstanding.load(Ordering::Acquire) >= self.max {
             self.cond
-                .wait_for(&mut w, std::time::Duration::from_millis(50));
+                .wait_for(&mut g, std::time::Duration::from_millis(50));
         }
-        *w -= 1;
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::batch::{Container, Elem, Elems};
 use crate::device::HandshakeJob;
 use crate::keypair::DevKeypair;
-use crate::peer::{Peer, PeerRef};
+use crate::peer::Peer;
 use crate::pool::HEADROOM;
 use crate::DeviceInner;
 use std::sync::atomic::Ordering;
@@ -218,10 +218,12 @@ impl DeviceInner {
         let mut elems = c.elems.lock();
         let mut rx_bytes = 0u64;
         let mut last_valid = None;
-        let mut data = false;
         let mut write = Vec::with_capacity(elems.len());
         {
             let mut filters: Vec<_> = c.keypairs.iter().map(|k| k.replay.lock()).collect();
+            // Key confirmation needs the first packet under each keypair only: one bit per
+            // keypair of the container instead of a lock of the peer's keypairs per packet.
+            let mut seen = 0u64;
             for (i, e) in elems.v.iter_mut().enumerate() {
                 if !e.ok {
                     self.stats.drop_decrypt.fetch_add(1, Ordering::Relaxed);
@@ -235,31 +237,46 @@ impl DeviceInner {
                     self.stats.drop_replay.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                if let Some(kp) = c.keypairs.get(k) {
-                    self.received_with_keypair(peer, kp);
+                if k >= 64 || seen & (1 << k) == 0 {
+                    seen |= 1u64.checked_shl(k as u32).unwrap_or(0);
+                    if let Some(kp) = c.keypairs.get(k) {
+                        self.received_with_keypair(peer, kp);
+                    }
                 }
                 rx_bytes += e.len as u64 + TRANSPORT_MIN_SIZE as u64;
                 last_valid = Some(i);
-                if e.len == 0 {
-                    continue; // keepalive
+                if e.len != 0 {
+                    write.push(i); // candidates; keepalives are counted, never written
                 }
+            }
+        }
+        // Crypto-key routing, reverse direction: the inner source must route back to this peer.
+        // One read lock for the batch.
+        {
+            let table = self.allowed_ips.read();
+            write.retain(|&i| {
+                let e = &mut elems.v[i];
                 match inner_packet_len(&e.buf[HEADROOM..HEADROOM + e.len]) {
-                    Some((len, src)) if self.source_allowed(peer, src) => {
+                    Some((len, src))
+                        if table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)) =>
+                    {
                         e.len = len;
-                        write.push(i);
-                        data = true;
+                        true
                     }
                     Some(_) => {
                         self.stats
                             .drop_source_not_allowed
                             .fetch_add(1, Ordering::Relaxed);
+                        false
                     }
                     None => {
                         self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
+                        false
                     }
                 }
-            }
+            });
         }
+        let data = !write.is_empty();
         peer.rx_bytes.fetch_add(rx_bytes, Ordering::Relaxed);
         let Some(last) = last_valid else { return };
         let ep = elems.v[last].ep;
@@ -292,13 +309,6 @@ impl DeviceInner {
                 tracing::error!(device = %self.name, "failed to write packets to TUN: {e}");
             }
         }
-    }
-
-    fn source_allowed(&self, peer: &Arc<Peer>, src: std::net::IpAddr) -> bool {
-        self.allowed_ips
-            .read()
-            .lookup(src)
-            .is_some_and(|p| PeerRef(peer.clone()) == *p)
     }
 
     /// Key confirmation: the first packet under the responder's `next` keypair promotes it.
