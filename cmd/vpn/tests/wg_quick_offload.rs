@@ -110,9 +110,8 @@ fn stat(show: &str, line: &str, what: &str) -> f64 {
         .find(what)
         .unwrap_or_else(|| panic!("no {what:?} in {l:?}"));
     l[..idx]
-        .split(|c: char| c == ' ' || c == ',')
-        .filter(|w| !w.is_empty())
-        .last()
+        .split([' ', ','])
+        .rfind(|w| !w.is_empty())
         .and_then(|w| w.trim_end_matches('%').parse().ok())
         .unwrap_or_else(|| panic!("no number before {what:?} in {l:?}"))
 }
