@@ -16,6 +16,13 @@ macro_rules! stats {
                 Stats { $($name: self.$name.load(Ordering::Relaxed),)* }
             }
         }
+
+        impl Stats {
+            /// Every counter with its name, in declaration order (for dumps such as `vpn show`).
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
     };
 }
 

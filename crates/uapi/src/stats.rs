@@ -9,29 +9,7 @@ use vpn_device::Stats;
 
 /// Appends one `device.<counter>=<value>` line per device counter to `out`.
 pub fn write_device_stats(s: &Stats, out: &mut String) {
-    let fields: [(&str, u64); 21] = [
-        ("tun_reads", s.tun_reads),
-        ("tun_packets_read", s.tun_packets_read),
-        ("tun_writes", s.tun_writes),
-        ("tun_packets_written", s.tun_packets_written),
-        ("recv_calls", s.recv_calls),
-        ("datagrams_received", s.datagrams_received),
-        ("send_calls", s.send_calls),
-        ("datagrams_sent", s.datagrams_sent),
-        ("send_errors", s.send_errors),
-        ("handshakes_sent", s.handshakes_sent),
-        ("cookie_replies_sent", s.cookie_replies_sent),
-        ("drop_no_route", s.drop_no_route),
-        ("drop_unknown_index", s.drop_unknown_index),
-        ("drop_expired_keypair", s.drop_expired_keypair),
-        ("drop_malformed", s.drop_malformed),
-        ("drop_decrypt", s.drop_decrypt),
-        ("drop_replay", s.drop_replay),
-        ("drop_source_not_allowed", s.drop_source_not_allowed),
-        ("drop_bad_mac", s.drop_bad_mac),
-        ("drop_rate_limited", s.drop_rate_limited),
-        ("drop_handshake_queue_full", s.drop_handshake_queue_full),
-    ];
+    let fields = s.fields();
     for (k, v) in fields {
         let _ = writeln!(out, "device.{k}={v}");
     }
