@@ -1,4 +1,10 @@
 //! The device: lifecycle, configuration state and the threads that run the pipeline.
+//!
+//! Lock order (a thread holding one may only take those after it): `state_lock` → `ipc_lock` →
+//! `bind_lock` → a container's elements and replay windows → `identity` → `peers` →
+//! `allowed_ips` → `peer.handshake` → `peer.keypairs` → `index` → `peer.staged` →
+//! ordered-queue and endpoint locks (leaves). The inbound sequential stage holds a container
+//! while key confirmation may start a handshake, hence containers before `identity`.
 
 use crate::allowedips::AllowedIps;
 use crate::batch::Container;
@@ -142,6 +148,8 @@ pub struct DeviceInner {
     /// Whether the starter accepts new receive functions (false while the bind closes).
     accepting_readers: AtomicBool,
     pub(crate) readers_started: AtomicUsize,
+    /// Receive buffers the running readers keep in hand (a batch each).
+    reader_buffers: Arc<AtomicUsize>,
     closed: (Mutex<bool>, Condvar),
     /// Dropped by `close`: wakes threads that wait on something the device does not own (the
     /// TUN's event channel), so a TUN that never disconnects it cannot hang `close`.
@@ -228,6 +236,7 @@ impl Device {
             readers: Mutex::new(Vec::new()),
             accepting_readers: AtomicBool::new(false),
             readers_started: AtomicUsize::new(0),
+            reader_buffers: Arc::new(AtomicUsize::new(0)),
             closed: (Mutex::new(false), Condvar::new()),
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
             shutdown_rx,
@@ -599,7 +608,12 @@ impl DeviceInner {
 
     fn spawn_reader(self: &Arc<Self>, f: ReceiveFunc, _buf_size: usize, batch: usize) {
         let d = self.clone();
-        let t = spawn("receive", move || d.receive_routine(f, batch));
+        let held = self.reader_buffers.clone();
+        held.fetch_add(batch, Ordering::AcqRel);
+        let t = spawn("receive", move || {
+            d.receive_routine(f, batch);
+            held.fetch_sub(batch, Ordering::AcqRel);
+        });
         self.readers.lock().push(t);
     }
 
@@ -709,6 +723,17 @@ impl ReceiveFuncStarter for Starter {
             return false;
         };
         if !dev.accepting_readers.load(Ordering::Acquire) || dev.is_closed() {
+            return false;
+        }
+        // Every reader keeps a batch of receive buffers in hand, and while it sorts a batch it
+        // may hold up to another batch of packets not yet handed on, waiting for buffers to
+        // replace them. Refuse a reader whose two batches the capped pool cannot cover next
+        // to the others': readers could otherwise hold every buffer and wait on each other
+        // forever. The bind then keeps that traffic on its shared socket.
+        let cap = dev.in_pool.max();
+        let held = dev.reader_buffers.load(Ordering::Acquire);
+        if cap != 0 && 2 * (held + batch_size.max(1)) > cap {
+            tracing::debug!(device = %dev.name, held, cap, "receive pool full: reader refused");
             return false;
         }
         dev.readers_started.fetch_add(1, Ordering::Relaxed);

@@ -207,6 +207,11 @@ impl DeviceInner {
         }
         let now = self.now();
         let msg = {
+            // Lock order: identity before the peer's handshake (see device.rs).
+            let id = self.identity.read();
+            let Some(identity) = id.identity.as_ref() else {
+                return;
+            };
             let mut hs = peer.handshake.lock();
             if hs
                 .last_sent
@@ -215,10 +220,6 @@ impl DeviceInner {
                 return;
             }
             hs.last_sent = Some(now);
-            let id = self.identity.read();
-            let Some(identity) = id.identity.as_ref() else {
-                return;
-            };
             if !hs.hs.can_handshake() {
                 return;
             }

@@ -167,22 +167,22 @@ fn begin_section(dev: &Arc<DeviceInner>, value: &str) -> Result<Section, IpcErro
             pka_turned_on: false,
         });
     }
+    // Lock order: identity before peers (see device.rs).
+    let id = dev.identity.read();
+    let hs = match id.identity.as_ref() {
+        Some(i) => Handshake::new(i, pk, PresharedKey::zero()),
+        // No private key yet: precompute against a placeholder; setting the key recomputes.
+        None => Handshake::new(
+            &StaticIdentity::new(PrivateKey::from_bytes([0; 32])),
+            pk,
+            PresharedKey::zero(),
+        ),
+    };
     let mut peers = dev.peers.write();
+    drop(id);
     if peers.by_key.len() >= vpn_proto::consts::MAX_PEERS {
         return Err(invalid("too many peers"));
     }
-    let hs = {
-        let id = dev.identity.read();
-        match id.identity.as_ref() {
-            Some(i) => Handshake::new(i, pk, PresharedKey::zero()),
-            // No private key yet: precompute against a placeholder; setting the key recomputes.
-            None => Handshake::new(
-                &StaticIdentity::new(PrivateKey::from_bytes([0; 32])),
-                pk,
-                PresharedKey::zero(),
-            ),
-        }
-    };
     let peer = Peer::new(dev, pk, hs);
     peers.by_key.insert(pk, peer.clone());
     peers.order.push(pk);
