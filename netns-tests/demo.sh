@@ -103,8 +103,9 @@ ip netns exec "$A" timeout 120 iperf3 -c 100.64.0.2 -n 1G -f m | grep -E 'sender
 wait "$IPERF_PID" 2>/dev/null || true
 IPERF_PID=""
 
-step "counters after the transfer"
+step "counters after the transfer (A sent, B received)"
 ip netns exec "$A" "$VPN" show "$WA"
+ip netns exec "$B" "$VPN" show "$WB" | sed -n '/^batching:/,$p'
 
 step "vpn down"
 ip netns exec "$A" "$VPN" down "$DIR/$WA.conf"
