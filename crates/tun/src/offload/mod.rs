@@ -39,6 +39,8 @@ pub const MAX_PACKET: usize = 65_535;
 pub(crate) const IPPROTO_TCP: u8 = 6;
 pub(crate) const IPPROTO_UDP: u8 = 17;
 pub(crate) const TCP_FLAGS_OFFSET: usize = 13;
+/// Only the split (Linux) clears FIN; GRO never merges a FIN segment by its flag rules.
+#[cfg(target_os = "linux")]
 pub(crate) const TCP_FLAG_FIN: u8 = 0x01;
 pub(crate) const TCP_FLAG_PSH: u8 = 0x08;
 pub(crate) const TCP_FLAG_ACK: u8 = 0x10;
