@@ -96,11 +96,23 @@ impl BufferPool {
     pub fn put(&self, buf: Box<[u8]>) {
         // Full only for an unbounded pool with more spares than it keeps: free this one.
         let _ = self.free.push(buf);
-        self.outstanding.fetch_sub(1, Ordering::AcqRel);
-        if self.waiters.load(Ordering::Acquire) > 0 {
+        let out = self
+            .outstanding
+            .fetch_sub(1, Ordering::AcqRel)
+            .saturating_sub(1);
+        // Wake waiters only once a useful number of buffers is free: a reader refills a whole
+        // batch, and waking it per returned buffer costs a context switch per packet.
+        if self.waiters.load(Ordering::Acquire) > 0
+            && self.max.saturating_sub(out) >= self.wake_batch()
+        {
             let _g = self.lock.lock();
-            self.cond.notify_one();
+            self.cond.notify_all();
         }
+    }
+
+    /// Free buffers that make waking waiters worthwhile.
+    fn wake_batch(&self) -> usize {
+        (self.max / 16).clamp(1, 64)
     }
 
     fn wait_for_return(&self) {

@@ -16,6 +16,18 @@ use vpn_proto::messages::{
     MESSAGE_TRANSPORT, RESPONSE_SIZE, TRANSPORT_MIN_SIZE,
 };
 
+/// What the reader does with one datagram of a batch.
+#[derive(Clone, Copy)]
+enum Act {
+    Skip,
+    /// To `groups[group]`, sealed with its keypair number `kp`.
+    Transport {
+        group: usize,
+        kp: u8,
+    },
+    Handshake,
+}
+
 /// Per-batch grouping of inbound packets by peer.
 struct Group {
     peer: Arc<Peer>,
@@ -31,6 +43,8 @@ impl DeviceInner {
         let mut sizes = vec![0usize; batch];
         let mut eps = vec![Endpoint::default(); batch];
         let mut groups: Vec<Group> = Vec::new();
+        // Per datagram of the batch: what to do with it.
+        let mut acts: Vec<Act> = Vec::with_capacity(batch);
         let mut errors = 0;
         loop {
             let res = {
@@ -59,76 +73,75 @@ impl DeviceInner {
                 .datagrams_received
                 .fetch_add(n as u64, Ordering::Relaxed);
             let now = self.now();
+            // Classify under the index's read lock; take replacement buffers only after it is
+            // released (taking one may wait for the pool, and a worker confirming a keypair
+            // needs the index's write lock before it can give buffers back).
+            acts.clear();
             {
                 let index = self.index.map.read();
                 for i in 0..n {
                     let size = sizes[i];
                     if size < TRANSPORT_MIN_SIZE || size > bufs[i].len() {
+                        acts.push(Act::Skip);
                         continue;
                     }
                     let msg = &bufs[i][..size];
                     let ty = u32::from_le_bytes([msg[0], msg[1], msg[2], msg[3]]);
-                    match ty {
+                    let act = match ty {
                         MESSAGE_TRANSPORT => {
                             let receiver = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
-                            let Some(crate::index::IndexEntry::Keypair(kp)) = index.get(&receiver)
-                            else {
-                                self.stats
-                                    .drop_unknown_index
-                                    .fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            };
-                            if !kp.can_receive(now) {
-                                self.stats
-                                    .drop_expired_keypair
-                                    .fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                            let Some(peer) = kp.peer.upgrade() else {
-                                continue;
-                            };
-                            let g = match groups.iter().position(|g| Arc::ptr_eq(&g.peer, &peer)) {
-                                Some(g) => g,
-                                None => {
-                                    groups.push(Group {
-                                        peer,
-                                        keypairs: Vec::with_capacity(2),
-                                        elems: Elems::new(&self.in_pool, batch),
-                                    });
-                                    groups.len() - 1
+                            match index.get(&receiver) {
+                                Some(crate::index::IndexEntry::Keypair(kp))
+                                    if kp.can_receive(now) =>
+                                {
+                                    match kp.peer.upgrade() {
+                                        Some(peer) => {
+                                            let g = match groups
+                                                .iter()
+                                                .position(|g| Arc::ptr_eq(&g.peer, &peer))
+                                            {
+                                                Some(g) => g,
+                                                None => {
+                                                    groups.push(Group {
+                                                        peer,
+                                                        keypairs: Vec::with_capacity(2),
+                                                        elems: Elems::new(
+                                                            &self.in_pool,
+                                                            self.batch_size.min(batch),
+                                                        ),
+                                                    });
+                                                    groups.len() - 1
+                                                }
+                                            };
+                                            let kps = &mut groups[g].keypairs;
+                                            let k =
+                                                match kps.iter().position(|k| Arc::ptr_eq(k, kp)) {
+                                                    Some(k) => k,
+                                                    None => {
+                                                        kps.push(kp.clone());
+                                                        kps.len() - 1
+                                                    }
+                                                };
+                                            Act::Transport {
+                                                group: g,
+                                                kp: u8::try_from(k).unwrap_or(u8::MAX),
+                                            }
+                                        }
+                                        None => Act::Skip,
+                                    }
                                 }
-                            };
-                            let g = &mut groups[g];
-                            let k = match g.keypairs.iter().position(|k| Arc::ptr_eq(k, kp)) {
-                                Some(k) => k,
-                                None => {
-                                    g.keypairs.push(kp.clone());
-                                    g.keypairs.len() - 1
+                                Some(crate::index::IndexEntry::Keypair(_)) => {
+                                    self.stats
+                                        .drop_expired_keypair
+                                        .fetch_add(1, Ordering::Relaxed);
+                                    Act::Skip
                                 }
-                            };
-                            let counter = u64::from_le_bytes([
-                                msg[8], msg[9], msg[10], msg[11], msg[12], msg[13], msg[14],
-                                msg[15],
-                            ]);
-                            let buf = std::mem::replace(&mut bufs[i], self.in_pool.get());
-                            let mut e = Elem::new(buf, size);
-                            e.counter = counter;
-                            e.ep = eps[i];
-                            e.kp = u8::try_from(k).unwrap_or(u8::MAX);
-                            g.elems.v.push(e);
-                            // A started reader may return more than the device batch: hand
-                            // over full containers as they fill, so order is kept and no
-                            // container exceeds the batch the TUN writes at once.
-                            if g.elems.len() >= self.batch_size {
-                                let full = std::mem::replace(
-                                    g,
-                                    Group {
-                                        peer: g.peer.clone(),
-                                        keypairs: Vec::with_capacity(2),
-                                        elems: Elems::new(&self.in_pool, self.batch_size),
-                                    },
-                                );
-                                self.submit_group(full);
+                                _ => {
+                                    self.stats
+                                        .drop_unknown_index
+                                        .fetch_add(1, Ordering::Relaxed);
+                                    Act::Skip
+                                }
                             }
                         }
                         MESSAGE_INITIATION | MESSAGE_RESPONSE | MESSAGE_COOKIE_REPLY => {
@@ -137,26 +150,64 @@ impl DeviceInner {
                                 MESSAGE_RESPONSE => RESPONSE_SIZE,
                                 _ => COOKIE_REPLY_SIZE,
                             };
-                            if size != exact {
+                            if size == exact {
+                                Act::Handshake
+                            } else {
                                 self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                            // Copy out: handshakes are rare and the slot stays with the batch.
-                            let mut hb = vec![0u8; size].into_boxed_slice();
-                            hb.copy_from_slice(msg);
-                            let job = HandshakeJob {
-                                buf: hb,
-                                len: size,
-                                ep: eps[i],
-                            };
-                            if self.handshake_tx.try_send(Some(job)).is_err() {
-                                self.stats
-                                    .drop_handshake_queue_full
-                                    .fetch_add(1, Ordering::Relaxed);
+                                Act::Skip
                             }
                         }
                         _ => {
                             self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
+                            Act::Skip
+                        }
+                    };
+                    acts.push(act);
+                }
+            }
+            for (i, act) in acts.iter().enumerate() {
+                match *act {
+                    Act::Skip => {}
+                    Act::Transport { group, kp } => {
+                        let size = sizes[i];
+                        let m = &bufs[i];
+                        let counter = u64::from_le_bytes([
+                            m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15],
+                        ]);
+                        let buf = std::mem::replace(&mut bufs[i], self.in_pool.get());
+                        let mut e = Elem::new(buf, size);
+                        e.counter = counter;
+                        e.ep = eps[i];
+                        e.kp = kp;
+                        let g = &mut groups[group];
+                        g.elems.v.push(e);
+                        // A started reader may return more than the device batch: hand over full
+                        // containers as they fill, so order is kept and no container exceeds the
+                        // batch the TUN writes at once.
+                        if g.elems.len() >= self.batch_size {
+                            let full = std::mem::replace(
+                                g,
+                                Group {
+                                    peer: g.peer.clone(),
+                                    keypairs: g.keypairs.clone(),
+                                    elems: Elems::new(&self.in_pool, self.batch_size),
+                                },
+                            );
+                            self.submit_group(full);
+                        }
+                    }
+                    Act::Handshake => {
+                        // Copy out: handshakes are rare and the slot stays with the reader.
+                        let size = sizes[i];
+                        let job = HandshakeJob {
+                            buf: bufs[i][..size].to_vec().into_boxed_slice(),
+                            len: size,
+                            ep: eps[i],
+                        };
+                        if self.handshake_tx.try_send(Some(job)).is_err() {
+                            self.stats
+                                .drop_handshake_queue_full
+                                .fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }

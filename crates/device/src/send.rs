@@ -19,6 +19,8 @@ impl DeviceInner {
         // Per-batch grouping: (peer, its packets). A handful of peers per batch: a linear scan
         // beats hashing.
         let mut groups: Vec<(PeerRef, Elems)> = Vec::new();
+        // Per packet of the batch: the group it goes to.
+        let mut route: Vec<Option<usize>> = Vec::with_capacity(batch);
         loop {
             let res = {
                 let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
@@ -44,11 +46,16 @@ impl DeviceInner {
             self.stats
                 .tun_packets_read
                 .fetch_add(n as u64, Ordering::Relaxed);
+            // Route under the table's read lock, then take replacement buffers with no lock
+            // held: taking a buffer may wait for the pool, and nobody may wait while holding a
+            // lock the pipeline needs to give buffers back.
+            route.clear();
             {
                 let table = self.allowed_ips.read();
                 for i in 0..n.min(batch) {
                     let size = sizes[i];
                     let Some(pkt) = bufs[i].get(HEADROOM..HEADROOM + size) else {
+                        route.push(None);
                         continue;
                     };
                     let peer = match pkt.first().map(|b| b >> 4) {
@@ -66,17 +73,23 @@ impl DeviceInner {
                     };
                     let Some(peer) = peer else {
                         self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
+                        route.push(None);
                         continue;
                     };
-                    let idx = match groups.iter().position(|(p, _)| p == peer) {
-                        Some(i) => i,
+                    let g = match groups.iter().position(|(p, _)| p == peer) {
+                        Some(g) => g,
                         None => {
                             groups.push((peer.clone(), Elems::new(&self.out_pool, batch)));
                             groups.len() - 1
                         }
                     };
+                    route.push(Some(g));
+                }
+            }
+            for (i, r) in route.iter().enumerate() {
+                if let Some(g) = *r {
                     let buf = std::mem::replace(&mut bufs[i], self.out_pool.get());
-                    groups[idx].1.v.push(Elem::new(buf, size));
+                    groups[g].1.v.push(Elem::new(buf, sizes[i]));
                 }
             }
             let max_staged = if self.out_pool.max() == 0 {
