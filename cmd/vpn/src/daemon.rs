@@ -21,7 +21,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use vpn_conn::{BindStats, StdNetBind};
+use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
+
+/// Extra receive-pool bytes with connected sockets on: room for 16 pair readers, each of which
+/// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
+const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
 use vpn_device::clock::Clock;
 use vpn_device::{Device, Logger, Options};
 use vpn_proto::time::Instant;
@@ -171,9 +175,14 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
     sys::block_signals(&signals)?;
     let tun = Arc::new(open_tun(ifname)?);
     let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
-    let bind = Arc::new(StdNetBind::new());
+    // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets; each one's reader keeps receive
+    // buffers, so the receive pool grows by 16 readers' worth.
+    let connected = ConnectedOptions::from_env();
+    let bind = Arc::new(StdNetBind::new().with_connected_options(connected));
     let opts = Options {
         clock: Arc::new(BootTimeClock),
+        receive_pool_bytes: vpn_device::DEFAULT_RECEIVE_POOL_BYTES
+            + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
         ..Options::default()
     };
     let dev = Arc::new(Device::with_options(
@@ -257,7 +266,7 @@ fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut String) {
 
 fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mut String) {
     use std::fmt::Write as _;
-    let lines: [(&str, u64); 7] = [
+    let lines: [(&str, u64); 11] = [
         ("recv_calls", s.recv_calls),
         ("datagrams_received", s.datagrams_received),
         ("gro_super_datagrams", s.gro_super_datagrams),
@@ -265,6 +274,13 @@ fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mu
         ("datagrams_sent", s.datagrams_sent),
         ("gso_messages", s.gso_messages),
         ("truncated_drops", s.truncated_drops),
+        ("connected_open", s.connected_open),
+        ("connected_dials", s.connected_dials),
+        ("connected_datagrams_sent", s.connected_datagrams_sent),
+        (
+            "connected_datagrams_received",
+            s.connected_datagrams_received,
+        ),
     ];
     for (k, v) in lines {
         let _ = writeln!(out, "bind.{k}={v}");
@@ -317,6 +333,7 @@ mod tests {
             "tun.reads=3\n",
             "tun.gro_coalesced=9\n",
             "bind.gso_messages=4\n",
+            "bind.connected_dials=0\n",
             "bind.v4_gso=1\n",
             "bind.v4_gro=0\n",
         ] {

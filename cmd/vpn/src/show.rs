@@ -339,6 +339,17 @@ fn format_batching(st: &HashMap<String, u64>) -> String {
         let _ = write!(s, ", {} GSO messages", g("bind.gso_messages"));
     }
     s.push('\n');
+    // Connected sockets: only once the bind has dialled any (the feature is off by default).
+    if g("bind.connected_dials") > 0 {
+        let _ = writeln!(
+            s,
+            "  connected sockets: {} open, {} dialled, {} datagrams sent and {} received on them",
+            g("bind.connected_open"),
+            g("bind.connected_dials"),
+            g("bind.connected_datagrams_sent"),
+            g("bind.connected_datagrams_received")
+        );
+    }
     let _ = writeln!(
         s,
         "  handshakes sent: {}, cookie replies sent: {}",
@@ -471,6 +482,13 @@ mod tests {
              \x20 udp send: 5 calls, 50.00 datagrams per call, 4 GSO messages\n\
              \x20 handshakes sent: 2, cookie replies sent: 0\n  drops: replay 3, truncated 1\n"
         );
+        let with_connected = format!(
+            "{body}bind.connected_open=3\nbind.connected_dials=4\nbind.connected_datagrams_sent=70\n\
+             bind.connected_datagrams_received=80\n"
+        );
+        assert!(format_batching(&parse_stats(&with_connected)).contains(
+            "\n  connected sockets: 3 open, 4 dialled, 70 datagrams sent and 80 received on them\n"
+        ));
         let empty = format_batching(&HashMap::new());
         assert!(
             empty.contains("0 calls, 0.00 packets per read\n") && empty.ends_with("drops: none\n"),

@@ -20,7 +20,10 @@ pub mod memory;
 pub use endpoint::{Endpoint, StickySource};
 pub use error::{err_closed, is_err_closed, ErrUdpGsoDisabled};
 #[cfg(target_os = "linux")]
-pub use linux::{BindStats, StdNetBind};
+pub use linux::{
+    connected, BindStats, ConnectedConfig, ConnectedOptions, ConnectedSockets, ConnectedStats,
+    StdNetBind,
+};
 
 use std::io;
 use std::sync::Arc;

@@ -614,7 +614,10 @@ impl DeviceInner {
             d.receive_routine(f, batch);
             held.fetch_sub(batch, Ordering::AcqRel);
         });
-        self.readers.lock().push(t);
+        let mut readers = self.readers.lock();
+        // Connected sockets come and go: forget readers that already ended.
+        readers.retain(|r| !r.is_finished());
+        readers.push(t);
     }
 
     fn send_keepalives_to_peers_with_current_keypair(&self) {

@@ -84,14 +84,34 @@ impl RecvBatch {
         bufs: &mut [&mut [u8]],
         meta: &mut [RecvMeta],
     ) -> io::Result<usize> {
-        let n = bufs.len().min(meta.len()).min(self.hdrs.len());
+        self.recv_strided(fd, bufs, 1, usize::MAX, meta)
+    }
+
+    /// Like [`recv`](Self::recv), but datagram `i` goes to `bufs[i * stride]` and at most
+    /// `max_len` bytes of each buffer are offered to the kernel (a longer datagram is reported
+    /// as truncated). Reads up to `min(ceil(bufs.len() / stride), meta.len(), capacity)`
+    /// datagrams; `meta[i]` describes the one in `bufs[i * stride]`.
+    ///
+    /// The stride leaves room behind each datagram for the segments of a UDP GRO
+    /// super-datagram to be split into, buffer by buffer, without moving the first segment.
+    pub fn recv_strided(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        bufs: &mut [&mut [u8]],
+        stride: usize,
+        max_len: usize,
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        let stride = stride.max(1);
+        let slots = bufs.len().div_ceil(stride);
+        let n = slots.min(meta.len()).min(self.hdrs.len());
         if n == 0 {
             return Ok(0);
         }
-        for (i, buf) in bufs.iter_mut().take(n).enumerate() {
+        for (i, buf) in bufs.iter_mut().step_by(stride).take(n).enumerate() {
             self.iovs[i] = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
-                iov_len: buf.len(),
+                iov_len: buf.len().min(max_len),
             };
             let h = &mut self.hdrs[i];
             h.msg_len = 0;
@@ -103,8 +123,9 @@ impl RecvBatch {
             h.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
             h.msg_hdr.msg_flags = 0;
         }
-        // SAFETY: the first `n` headers point to `n` iovecs covering the exclusively borrowed
-        // `bufs[i]` (pointer and length from the slice), to address buffers of the size given
+        // SAFETY: the first `n` headers point to `n` iovecs covering (a prefix of) the
+        // exclusively borrowed `bufs[i * stride]` (pointer from the slice, length at most the
+        // slice's), to address buffers of the size given
         // in `msg_namelen` and to control buffers of `CMSG_BUF_LEN` bytes, all owned by
         // `self` or borrowed for this call. The kernel writes only within those bounds.
         let r = unsafe {
@@ -127,7 +148,7 @@ impl RecvBatch {
             let clen = (h.msg_hdr.msg_controllen as usize).min(CMSG_BUF_LEN);
             let parsed = cmsg::parse(&self.ctrl[i].as_bytes()[..clen]);
             *m = RecvMeta {
-                len: (h.msg_len as usize).min(bufs[i].len()),
+                len: (h.msg_len as usize).min(self.iovs[i].iov_len),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 addr: from_storage(&self.names[i], h.msg_hdr.msg_namelen),
                 pktinfo: parsed.pktinfo,
@@ -189,6 +210,29 @@ impl SendBatch {
         bufs: &[&[u8]],
         plans: &[MsgPlan],
     ) -> io::Result<usize> {
+        self.send_to(fd, Some(dst), src, bufs, plans)
+    }
+
+    /// [`send`](Self::send) on a connected socket: no destination address in the messages,
+    /// so the kernel uses the route it cached at `connect` instead of looking one up per
+    /// message.
+    pub fn send_connected(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        bufs: &[&[u8]],
+        plans: &[MsgPlan],
+    ) -> io::Result<usize> {
+        self.send_to(fd, None, None, bufs, plans)
+    }
+
+    fn send_to(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        dst: Option<&SocketAddr>,
+        src: Option<&PktInfo>,
+        bufs: &[&[u8]],
+        plans: &[MsgPlan],
+    ) -> io::Result<usize> {
         let invalid =
             |what: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("send batch: {what}"));
         if plans.is_empty() {
@@ -197,7 +241,7 @@ impl SendBatch {
         if plans.len() > self.hdrs.len() {
             return Err(invalid("too many messages"));
         }
-        let name = socket2::SockAddr::from(*dst);
+        let name = dst.map(|d| socket2::SockAddr::from(*d));
         let mut iov_at = 0usize;
         for (i, p) in plans.iter().enumerate() {
             let end = p
@@ -233,8 +277,16 @@ impl SendBatch {
             let clen = w.len();
             let h = &mut self.hdrs[i];
             h.msg_len = 0;
-            h.msg_hdr.msg_name = name.as_ptr() as *mut libc::c_void;
-            h.msg_hdr.msg_namelen = name.len();
+            match &name {
+                Some(name) => {
+                    h.msg_hdr.msg_name = name.as_ptr() as *mut libc::c_void;
+                    h.msg_hdr.msg_namelen = name.len();
+                }
+                None => {
+                    h.msg_hdr.msg_name = ptr::null_mut();
+                    h.msg_hdr.msg_namelen = 0;
+                }
+            }
             h.msg_hdr.msg_iov = &mut self.iovs[iov_at];
             h.msg_hdr.msg_iovlen = group.len() as _;
             h.msg_hdr.msg_control = if clen == 0 {
@@ -247,7 +299,7 @@ impl SendBatch {
             iov_at = iov_end;
         }
         // SAFETY: the first `plans.len()` headers point to the address in `name` (alive until
-        // the end of this function, length from socket2), to iovecs inside `self.iovs` that
+        // the end of this function, length from socket2) or to none (null, length 0), to iovecs inside `self.iovs` that
         // cover the borrowed `bufs` (read-only for sendmmsg), and to control buffers owned by
         // `self` with the length written. Nothing is retained after the call.
         let r = unsafe {
@@ -349,6 +401,67 @@ mod tests {
             let (n, _) = b.recv_from(&mut buf).unwrap();
             assert_eq!(&buf[..n], *want);
         }
+    }
+
+    #[test]
+    fn strided_reads_leave_gaps_and_cap_lengths() {
+        let (a, b) = pair(false);
+        let dst = b.local_addr().unwrap();
+        for i in 0..3u8 {
+            a.send_to(&[i; 300], dst).unwrap();
+        }
+        let mut rb = RecvBatch::new(8);
+        let mut storage = vec![[0xffu8; 512]; 6];
+        let mut meta = [RecvMeta::default(); 8];
+        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|s| &mut s[..]).collect();
+        // Stride 2 over 6 buffers: at most 3 datagrams, into buffers 0, 2 and 4.
+        let mut got = 0;
+        while got < 3 {
+            let n = rb
+                .recv_strided(b.as_fd(), &mut bufs[got * 2..], 2, 400, &mut meta)
+                .unwrap();
+            for m in &meta[..n] {
+                assert_eq!((m.len, m.truncated), (300, false));
+            }
+            got += n;
+        }
+        for i in 0..3 {
+            assert_eq!(bufs[i * 2][..300], [i as u8; 300]);
+            assert_eq!(bufs[i * 2 + 1][0], 0xff, "gap written");
+        }
+        // A length cap below the datagram truncates it.
+        a.send_to(&[7u8; 300], dst).unwrap();
+        let n = rb
+            .recv_strided(b.as_fd(), &mut bufs, 1, 100, &mut meta)
+            .unwrap();
+        assert_eq!(n, 1);
+        assert!(meta[0].truncated);
+        assert_eq!(meta[0].len, 100);
+    }
+
+    #[test]
+    fn connected_send_needs_no_address() {
+        let (a, b) = pair(false);
+        let dst = b.local_addr().unwrap();
+        a.connect(dst).unwrap();
+        let x = [5u8; 40];
+        let refs: Vec<&[u8]> = vec![&x, &x];
+        let plans = [MsgPlan {
+            start: 0,
+            count: 2,
+            gso_size: 40,
+        }];
+        let mut sb = SendBatch::new(2);
+        assert_eq!(sb.send_connected(a.as_fd(), &refs, &plans).unwrap(), 1);
+        let mut buf = [0u8; 100];
+        for _ in 0..2 {
+            let (n, from) = b.recv_from(&mut buf).unwrap();
+            assert_eq!((n, from), (40, a.local_addr().unwrap()));
+        }
+        // Unconnected, the kernel refuses a message without destination.
+        let (c, _) = pair(false);
+        let e = sb.send_connected(c.as_fd(), &refs, &plans).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EDESTADDRREQ));
     }
 
     #[test]

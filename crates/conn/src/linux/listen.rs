@@ -20,8 +20,16 @@ pub(super) struct Listener {
     pub gro: bool,
 }
 
-/// Opens one family's socket on `port`. `offload` false leaves UDP GSO/GRO off.
-pub(super) fn listen(v6: bool, port: u16, mark: u32, offload: bool) -> io::Result<Listener> {
+/// Opens one family's socket on `port`. `offload` false leaves UDP GSO/GRO off; `share` makes
+/// the port shareable with connected sockets (`SO_REUSEPORT` alone, see
+/// [`reuse_port_control`](super::connected::reuse_port_control)).
+pub(super) fn listen(
+    v6: bool,
+    port: u16,
+    mark: u32,
+    offload: bool,
+    share: bool,
+) -> io::Result<Listener> {
     let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
     let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     let fd = sock.as_fd();
@@ -47,6 +55,9 @@ pub(super) fn listen(v6: bool, port: u16, mark: u32, offload: bool) -> io::Resul
     }
     if mark != 0 {
         sock.set_mark(mark)?;
+    }
+    if share {
+        super::connected::reuse_port_control(&sock)?;
     }
     let addr = if v6 {
         SocketAddr::from((Ipv6Addr::UNSPECIFIED, port))
@@ -79,9 +90,10 @@ pub(super) fn listen_pair(
     port: u16,
     mark: u32,
     offload: bool,
+    share: bool,
 ) -> io::Result<(Option<Listener>, Option<Listener>, u16)> {
     for _ in 0..PORT_RETRIES {
-        let v4 = match listen(false, port, mark, offload) {
+        let v4 = match listen(false, port, mark, offload, share) {
             Ok(l) => Some(l),
             Err(e) if is_errno(&e, libc::EAFNOSUPPORT) => None,
             Err(e) => return Err(e),
@@ -90,7 +102,7 @@ pub(super) fn listen_pair(
             Some(l) => local_port(&l.sock)?,
             None => port,
         };
-        let v6 = match listen(true, actual, mark, offload) {
+        let v6 = match listen(true, actual, mark, offload, share) {
             Ok(l) => Some(l),
             Err(e) if is_errno(&e, libc::EAFNOSUPPORT) => None,
             Err(e) if is_errno(&e, libc::EADDRINUSE) && port == 0 && v4.is_some() => continue,

@@ -9,7 +9,13 @@
 //! `recvmmsg` at once) and then takes the write lock to drop the socket, so the descriptor is
 //! closed, and the port free, when `close` returns, and no reader can ever use a reused
 //! descriptor number.
+//!
+//! With connected sockets on ([`StdNetBind::with_connected_sockets`]) the shared sockets are
+//! created port-shareable, and a [`ConnectedSockets`] set created at `open` carries busy pairs
+//! (see [`connected`]); its readers are handed to the device through the
+//! [`ReceiveFuncStarter`](crate::ReceiveFuncStarter) installed before `open`.
 
+pub mod connected;
 mod listen;
 mod recv;
 mod send;
@@ -17,6 +23,7 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
+pub use connected::{ConnectedConfig, ConnectedSockets, ConnectedStats};
 pub use stats::BindStats;
 
 use std::io;
@@ -24,13 +31,17 @@ use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use socket2::Socket;
 use vpn_sys::cmsg::PktInfo;
 use vpn_sys::mmsg::{MsgPlan, SendBatch};
 
-use crate::{err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, IDEAL_BATCH_SIZE};
+use crate::{
+    err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, ReceiveFuncStarter,
+    IDEAL_BATCH_SIZE,
+};
 use recv::Reader;
 use send::{send_all, Sent, MAX_V4_PAYLOAD, MAX_V6_PAYLOAD};
 use stats::Stats;
@@ -69,12 +80,75 @@ struct State {
     open: bool,
     v4: Option<Arc<Family>>,
     v6: Option<Arc<Family>>,
+    /// The connected sockets of this open (with connected sockets on and a starter installed).
+    connected: Option<Arc<ConnectedSockets>>,
 }
 
 /// Per-send arrays, pooled so concurrent senders neither allocate nor serialise.
 struct SendScratch {
     batch: SendBatch,
     plans: Vec<MsgPlan>,
+}
+
+impl SendScratch {
+    fn new() -> Self {
+        SendScratch {
+            batch: SendBatch::new(IDEAL_BATCH_SIZE),
+            plans: Vec::with_capacity(IDEAL_BATCH_SIZE),
+        }
+    }
+}
+
+/// Whether and how a [`StdNetBind`] uses connected sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectedOptions {
+    /// Connected sockets on.
+    pub enabled: bool,
+    /// Bytes (sent + received within one idle interval) before a pair gets a socket.
+    pub open_after: u64,
+    /// Most pair sockets at once.
+    pub max_sockets: usize,
+    /// Largest datagram expected (sizes the first receive slots; 0: smallest).
+    pub max_datagram: usize,
+    /// Idle-check period.
+    pub idle_interval: Duration,
+}
+
+impl Default for ConnectedOptions {
+    fn default() -> Self {
+        ConnectedOptions {
+            enabled: false,
+            open_after: connected::DEFAULT_OPEN_AFTER,
+            max_sockets: connected::DEFAULT_MAX_SOCKETS,
+            max_datagram: 0,
+            idle_interval: connected::DEFAULT_IDLE_INTERVAL,
+        }
+    }
+}
+
+impl ConnectedOptions {
+    /// From the environment, for daemons: `VPN_CONNECTED_SOCKETS=1` turns them on;
+    /// `VPN_CONNECTED_OPEN_AFTER` (bytes), `VPN_CONNECTED_MAX_SOCKETS` and
+    /// `VPN_CONNECTED_IDLE_MS` override the defaults (tests use a short idle interval).
+    pub fn from_env() -> Self {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
+        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
+        let d = Self::default();
+        ConnectedOptions {
+            enabled: get("VPN_CONNECTED_SOCKETS").is_some_and(|v| v.trim() == "1"),
+            open_after: num("VPN_CONNECTED_OPEN_AFTER").unwrap_or(d.open_after),
+            max_sockets: num("VPN_CONNECTED_MAX_SOCKETS")
+                .and_then(|v| usize::try_from(v).ok())
+                .unwrap_or(d.max_sockets),
+            max_datagram: d.max_datagram,
+            idle_interval: num("VPN_CONNECTED_IDLE_MS")
+                .filter(|&ms| ms > 0)
+                .map_or(d.idle_interval, Duration::from_millis),
+        }
+    }
 }
 
 /// The Linux batched UDP bind (`conn.StdNetBind`).
@@ -84,10 +158,14 @@ struct SendScratch {
 /// GRO they copy segments out of a private 128 KiB scratch area per reader.
 pub struct StdNetBind {
     state: RwLock<State>,
-    mark: AtomicU32,
+    /// Shared with the connected sockets' control, which applies it to every dial.
+    mark: Arc<AtomicU32>,
     offload: bool,
     stats: Arc<Stats>,
     send_pool: Mutex<Vec<SendScratch>>,
+    connected_opts: ConnectedOptions,
+    starter: Mutex<Option<Arc<dyn ReceiveFuncStarter>>>,
+    connected_counters: Arc<connected::Counters>,
 }
 
 impl Default for StdNetBind {
@@ -107,16 +185,77 @@ impl StdNetBind {
     pub fn with_offload(offload: bool) -> Self {
         StdNetBind {
             state: RwLock::new(State::default()),
-            mark: AtomicU32::new(0),
+            mark: Arc::new(AtomicU32::new(0)),
             offload,
             stats: Arc::default(),
             send_pool: Mutex::new(Vec::new()),
+            connected_opts: ConnectedOptions::default(),
+            starter: Mutex::new(None),
+            connected_counters: Arc::default(),
         }
+    }
+
+    /// Turns connected sockets on or off (default off) for later `open`s. They take effect
+    /// only once the device installs a receive-function starter.
+    pub fn with_connected_sockets(self, on: bool) -> Self {
+        let opts = ConnectedOptions {
+            enabled: on,
+            ..self.connected_opts
+        };
+        self.with_connected_options(opts)
+    }
+
+    /// Sets every connected-socket option at once.
+    pub fn with_connected_options(mut self, opts: ConnectedOptions) -> Self {
+        self.connected_opts = opts;
+        self
+    }
+
+    /// The connected sockets of the current open, if any.
+    pub fn connected_sockets(&self) -> Option<Arc<ConnectedSockets>> {
+        self.state.read().connected.clone()
+    }
+
+    /// The set for a fresh open on `port`, when connected sockets are on and a starter is
+    /// installed.
+    fn new_connected(&self, port: u16) -> Option<Arc<ConnectedSockets>> {
+        if !self.connected_opts.enabled {
+            return None;
+        }
+        let starter = self.starter.lock().clone()?;
+        let mark = self.mark.clone();
+        let o = self.connected_opts;
+        let mut cfg = ConnectedConfig::new(
+            port,
+            Arc::new(move |f, buf, batch| starter.start(f, buf, batch)),
+        );
+        cfg.control = Some(Arc::new(move |s: &Socket| {
+            match mark.load(Ordering::Relaxed) {
+                0 => Ok(()),
+                m => s.set_mark(m),
+            }
+        }));
+        cfg.max_sockets = o.max_sockets;
+        cfg.max_datagram = o.max_datagram;
+        cfg.open_after = o.open_after;
+        cfg.idle_interval = o.idle_interval;
+        cfg.offload = self.offload;
+        Some(Arc::new(ConnectedSockets::with_counters(
+            cfg,
+            self.connected_counters.clone(),
+        )))
     }
 
     /// The counters since creation.
     pub fn stats(&self) -> BindStats {
-        self.stats.snapshot()
+        let c = self.connected_counters.snapshot();
+        BindStats {
+            connected_open: c.open,
+            connected_dials: c.dials,
+            connected_datagrams_sent: c.datagrams_sent,
+            connected_datagrams_received: c.datagrams_received,
+            ..self.stats.snapshot()
+        }
     }
 
     /// Whether UDP GSO (send) and GRO (receive) are in use on the IPv4 and IPv6 sockets, as
@@ -158,8 +297,12 @@ impl Bind for StdNetBind {
                 "bind already open",
             ));
         }
-        let (v4, v6, port) =
-            listen::listen_pair(port, self.mark.load(Ordering::Relaxed), self.offload)?;
+        let (v4, v6, port) = listen::listen_pair(
+            port,
+            self.mark.load(Ordering::Relaxed),
+            self.offload,
+            self.connected_opts.enabled,
+        )?;
         let family = |l: listen::Listener, v6: bool| {
             Arc::new(Family {
                 sock: RwLock::new(Some(l.sock)),
@@ -172,9 +315,10 @@ impl Bind for StdNetBind {
         st.v4 = v4.map(|l| family(l, false));
         st.v6 = v6.map(|l| family(l, true));
         st.open = true;
+        st.connected = self.new_connected(port);
         let mut fns: Vec<ReceiveFunc> = Vec::with_capacity(2);
         for fam in [&st.v4, &st.v6].into_iter().flatten() {
-            let mut reader = Reader::new(fam.clone(), self.stats.clone());
+            let mut reader = Reader::new(fam.clone(), self.stats.clone(), st.connected.clone());
             fns.push(Box::new(move |bufs, sizes, eps| {
                 reader.read(bufs, sizes, eps)
             }));
@@ -186,6 +330,10 @@ impl Bind for StdNetBind {
         // Held throughout so a following `open` finds the port free.
         let mut st = self.state.write();
         st.open = false;
+        // First, so that the started readers end and a following open can dial again.
+        if let Some(c) = st.connected.take() {
+            c.close();
+        }
         for fam in [st.v4.take(), st.v6.take()].into_iter().flatten() {
             fam.close();
         }
@@ -200,6 +348,11 @@ impl Bind for StdNetBind {
             }
         }
         self.mark.store(mark, Ordering::Relaxed);
+        // Existing pair sockets carry the old mark (their packets could loop into the
+        // tunnel): close them so they redial with the new one.
+        if let Some(c) = &st.connected {
+            c.reset();
+        }
         Ok(())
     }
 
@@ -208,15 +361,26 @@ impl Bind for StdNetBind {
             return Ok(());
         }
         let dst = canonical(ep.dst);
-        let fam = {
+        let (fam, connected) = {
             let st = self.state.read();
             if !st.open {
                 return Err(err_closed());
             }
+            let connected = st.connected.clone();
             let fam = if dst.is_ipv6() { &st.v6 } else { &st.v4 };
-            fam.clone()
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?
+            let fam = fam
+                .clone()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
+            (fam, connected)
         };
+        // A sticky source picks the pair directly (replies leave through the socket the peer
+        // reached); otherwise the route's choice. Not handled: the shared socket sends.
+        if let Some(c) = connected {
+            let local = ep.src.map(|s| s.ip);
+            if let Some(r) = c.send_from(dst, local, bufs) {
+                return r;
+            }
+        }
         let src = ep
             .src
             .filter(|s| s.ip.is_ipv6() == dst.is_ipv6())
@@ -229,10 +393,7 @@ impl Bind for StdNetBind {
         } else {
             MAX_V4_PAYLOAD
         };
-        let mut scratch = self.send_pool.lock().pop().unwrap_or_else(|| SendScratch {
-            batch: SendBatch::new(IDEAL_BATCH_SIZE),
-            plans: Vec::with_capacity(IDEAL_BATCH_SIZE),
-        });
+        let mut scratch = self.send_pool.lock().pop().unwrap_or_else(SendScratch::new);
         let mut sent = Sent::default();
         let result = {
             let guard = fam.sock.read();
@@ -279,5 +440,9 @@ impl Bind for StdNetBind {
 
     fn batch_size(&self) -> usize {
         IDEAL_BATCH_SIZE
+    }
+
+    fn set_receive_func_starter(&self, starter: Arc<dyn ReceiveFuncStarter>) {
+        *self.starter.lock() = Some(starter);
     }
 }

@@ -8,6 +8,11 @@
 //! any size, and segments that do not fit the remaining caller buffers stay queued for the next
 //! call instead of being dropped. Only a datagram (or segment) larger than the caller's buffer
 //! is dropped and counted.
+//!
+//! With connected sockets on, each call also counts the bytes of WireGuard transport messages
+//! per (source, local destination) run and asks the set to dial that pair
+//! ([`ConnectedSockets::dial`]): a peer may send to a local address other than the one our
+//! route picks, and a connected socket only receives its exact pair.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -15,6 +20,7 @@ use std::sync::Arc;
 
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
+use super::connected::ConnectedSockets;
 use super::stats::Stats;
 use super::Family;
 use crate::{err_closed, Endpoint, StickySource, IDEAL_BATCH_SIZE};
@@ -168,10 +174,56 @@ pub(super) struct Reader {
     batch: RecvBatch,
     meta: Vec<RecvMeta>,
     gro: Option<Gro>,
+    connected: Option<Arc<ConnectedSockets>>,
+}
+
+/// WireGuard transport messages (type 4) are what makes a pair busy; handshakes and strangers'
+/// junk do not count toward opening a socket.
+const MESSAGE_TRANSPORT: u8 = 4;
+/// Header plus tag of the smallest transport message (a keepalive).
+const TRANSPORT_MIN_SIZE: usize = 32;
+
+/// Calls `dial(source, local, bytes)` once per run of consecutive transport messages with the
+/// same source and local destination among the first `n` entries.
+pub(super) fn count_runs(
+    bufs: &[&mut [u8]],
+    sizes: &[usize],
+    eps: &[Endpoint],
+    n: usize,
+    mut dial: impl FnMut(std::net::SocketAddr, std::net::IpAddr, u64),
+) {
+    let mut run: Option<(std::net::SocketAddr, std::net::IpAddr, u64)> = None;
+    for i in 0..n {
+        let (Some(buf), Some(&size), Some(ep)) = (bufs.get(i), sizes.get(i), eps.get(i)) else {
+            break;
+        };
+        let Some(local) = ep.src.map(|s| s.ip) else {
+            continue;
+        };
+        if size < TRANSPORT_MIN_SIZE || buf.first() != Some(&MESSAGE_TRANSPORT) {
+            continue;
+        }
+        match &mut run {
+            Some((src, l, bytes)) if *src == ep.dst && *l == local => *bytes += size as u64,
+            _ => {
+                if let Some((src, l, bytes)) = run.take() {
+                    dial(src, l, bytes);
+                }
+                run = Some((ep.dst, local, size as u64));
+            }
+        }
+    }
+    if let Some((src, l, bytes)) = run {
+        dial(src, l, bytes);
+    }
 }
 
 impl Reader {
-    pub(super) fn new(fam: Arc<Family>, stats: Arc<Stats>) -> Self {
+    pub(super) fn new(
+        fam: Arc<Family>,
+        stats: Arc<Stats>,
+        connected: Option<Arc<ConnectedSockets>>,
+    ) -> Self {
         let gro = fam.gro.then(Gro::new);
         Reader {
             fam,
@@ -179,11 +231,27 @@ impl Reader {
             batch: RecvBatch::new(IDEAL_BATCH_SIZE),
             meta: vec![RecvMeta::default(); IDEAL_BATCH_SIZE],
             gro,
+            connected,
         }
     }
 
-    /// The `ReceiveFunc` body.
+    /// The `ReceiveFunc` body: a read, then the connected-socket accounting of what it got.
     pub(super) fn read(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+    ) -> io::Result<usize> {
+        let n = self.read_batch(bufs, sizes, eps)?;
+        if let Some(c) = &self.connected {
+            count_runs(bufs, sizes, eps, n, |src, local, bytes| {
+                c.dial(src, local, bytes);
+            });
+        }
+        Ok(n)
+    }
+
+    fn read_batch(
         &mut self,
         bufs: &mut [&mut [u8]],
         sizes: &mut [usize],

@@ -20,6 +20,14 @@ pub struct BindStats {
     pub gso_messages: u64,
     /// Datagrams dropped because they did not fit the receive buffer.
     pub truncated_drops: u64,
+    /// Connected sockets open now.
+    pub connected_open: u64,
+    /// Connected sockets dialled and handed to a reader.
+    pub connected_dials: u64,
+    /// Datagrams sent on connected sockets (not counted in `datagrams_sent`).
+    pub connected_datagrams_sent: u64,
+    /// Datagrams received on connected sockets (not counted in `datagrams_received`).
+    pub connected_datagrams_received: u64,
 }
 
 #[derive(Default)]
@@ -70,6 +78,7 @@ impl Stats {
             datagrams_sent: self.datagrams_sent.load(Relaxed),
             gso_messages: self.gso_messages.load(Relaxed),
             truncated_drops: self.truncated_drops.load(Relaxed),
+            ..BindStats::default()
         }
     }
 }

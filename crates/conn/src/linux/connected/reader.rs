@@ -1,0 +1,270 @@
+//! Reading a pair socket straight into the device's buffers (reference-behaviour §4.4).
+//!
+//! The device hands a reader `batch` buffers of one packet each. Without UDP GRO, `recvmmsg`
+//! writes datagram `i` into buffer `i`, offering the kernel at most the current slot size.
+//! With GRO one read returns a super-datagram of up to 64 segments; it is read into the first
+//! buffer of a run of [`GRO_SEGMENTS`] and its second and later segments are copied into the
+//! following buffers of that run (the only copy on this path: device buffers hold one packet
+//! each). Entries a read leaves unused have size 0.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use vpn_sys::mmsg::{RecvBatch, RecvMeta};
+
+use super::{canonical, Inner, Pair};
+use crate::{err_closed, Endpoint, ReceiveFunc, StickySource};
+
+/// Buffers a pair reader asks the device for: one GRO super-datagram's worth of segments
+/// (`groMaxSegments`), or as many plain datagrams.
+pub(super) const READ_BATCH: usize = 64;
+/// Most segments the kernel coalesces into one GRO read (`UDP_GRO_CNT_MAX`).
+pub(super) const GRO_SEGMENTS: usize = 64;
+/// Slot sizes: any tunnel MTU up to about 2000, a 9000-byte MTU plus overhead, the largest
+/// UDP datagram. A datagram that fills its slot moves the socket to the next one for good.
+pub(super) const SLOT_TIERS: [usize; 3] = [2048, 9217, 65_535];
+/// A read that returned at least this many datagrams, but fewer than it could have, makes the
+/// next read wait [`COALESCE_DELAY`] so that a fuller batch can build up.
+const COALESCE_MIN: usize = 4;
+/// The pause after a partial batch (Linux; more would hurt round-trip times).
+const COALESCE_DELAY: Duration = Duration::from_micros(200);
+
+/// The smallest tier whose slot holds `max_datagram` without filling it.
+pub(super) fn initial_tier(max_datagram: usize) -> usize {
+    SLOT_TIERS
+        .iter()
+        .position(|&s| s > max_datagram)
+        .unwrap_or(SLOT_TIERS.len() - 1)
+}
+
+/// Transient errors a connected socket reports from ICMP messages: the reader keeps going.
+fn is_transient(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Interrupted
+        || matches!(
+            e.raw_os_error(),
+            Some(
+                libc::EAGAIN
+                    | libc::ECONNREFUSED
+                    | libc::EHOSTUNREACH
+                    | libc::ENETUNREACH
+                    | libc::EHOSTDOWN
+                    | libc::EMSGSIZE
+            )
+        )
+}
+
+/// The state behind one pair socket's receive function.
+pub(super) struct PairReader {
+    pair: Arc<Pair>,
+    set: Weak<Inner>,
+    batch: RecvBatch,
+    meta: Vec<RecvMeta>,
+    tier: usize,
+    pause: bool,
+}
+
+/// The receive function for `pair`, the buffer size and the batch to ask the device for.
+pub(super) fn receive_func(
+    pair: Arc<Pair>,
+    set: Weak<Inner>,
+    max_datagram: usize,
+) -> (ReceiveFunc, usize, usize) {
+    let tier = if pair.fam.gro {
+        SLOT_TIERS.len() - 1
+    } else {
+        initial_tier(max_datagram)
+    };
+    let mut r = PairReader {
+        pair,
+        set,
+        batch: RecvBatch::new(READ_BATCH),
+        meta: vec![RecvMeta::default(); READ_BATCH],
+        tier,
+        pause: false,
+    };
+    let f: ReceiveFunc = Box::new(move |bufs, sizes, eps| r.read(bufs, sizes, eps));
+    (f, SLOT_TIERS[SLOT_TIERS.len() - 1], READ_BATCH)
+}
+
+/// What splitting one read produced.
+#[derive(Default, Debug, PartialEq, Eq)]
+pub(super) struct Filled {
+    /// Entries up to and including the last one filled (the receive function's result).
+    pub entries: usize,
+    pub datagrams: usize,
+    pub gro: usize,
+    pub oversize: usize,
+    /// A datagram filled (or overflowed) its slot: move to the next tier.
+    pub grow: bool,
+}
+
+/// How a read placed its datagrams: message `j` in buffer `j * stride`, at most `slot` bytes,
+/// GRO super-datagrams to split or not.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Layout {
+    pub stride: usize,
+    pub slot: usize,
+    pub gro: bool,
+}
+
+/// Turns the `got` messages of a read into entries: message `j` sits in `bufs[j * stride]`;
+/// with `gro`, its segments are spread over the following buffers of its run. Sizes of unused
+/// entries are set to 0.
+pub(super) fn split(
+    bufs: &mut [&mut [u8]],
+    sizes: &mut [usize],
+    eps: &mut [Endpoint],
+    meta: &[RecvMeta],
+    layout: Layout,
+    ep_for: impl Fn(&RecvMeta) -> Endpoint,
+) -> Filled {
+    let Layout { stride, slot, gro } = layout;
+    let n = bufs.len().min(sizes.len()).min(eps.len());
+    let mut out = Filled::default();
+    for (j, m) in meta.iter().enumerate() {
+        let base = j * stride;
+        if base >= n {
+            break;
+        }
+        let room = stride.min(n - base);
+        for s in sizes.iter_mut().skip(base).take(room) {
+            *s = 0;
+        }
+        if m.truncated {
+            out.oversize += 1;
+            out.grow = true;
+            continue;
+        }
+        if m.len == 0 {
+            continue;
+        }
+        if !gro && m.len >= slot {
+            // Complete (the kernel would have said MSG_TRUNC) but as large as the slot: the
+            // next one may not fit. Grow now rather than lose it.
+            out.grow = true;
+        }
+        let seg = match usize::from(m.gro_size) {
+            g if g > 0 && m.len > g => g,
+            _ => m.len,
+        };
+        let ep = ep_for(m);
+        let segments = m.len.div_ceil(seg);
+        if segments > 1 {
+            out.gro += 1;
+        }
+        let mut filled = 0;
+        for k in 0..segments {
+            if k >= room {
+                out.oversize += segments - k;
+                break;
+            }
+            let start = k * seg;
+            let end = (start + seg).min(m.len);
+            if k > 0 {
+                // Buffers `base` (source) and `base + k` (destination) are distinct slices.
+                let (head, tail) = bufs.split_at_mut(base + k);
+                let (Some(src), Some(dst)) = (
+                    head.get(base).and_then(|b| b.get(start..end)),
+                    tail.first_mut().and_then(|b| b.get_mut(..end - start)),
+                ) else {
+                    out.oversize += 1;
+                    continue;
+                };
+                dst.copy_from_slice(src);
+            }
+            sizes[base + k] = end - start;
+            eps[base + k] = ep;
+            filled = k + 1;
+        }
+        out.datagrams += filled;
+        if filled > 0 {
+            out.entries = base + filled;
+        }
+    }
+    out
+}
+
+impl PairReader {
+    fn closed(&self) -> io::Result<usize> {
+        Err(err_closed())
+    }
+
+    /// The receive function's body.
+    fn read(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+    ) -> io::Result<usize> {
+        let n = bufs.len().min(sizes.len()).min(eps.len());
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "connected reader: no buffers",
+            ));
+        }
+        let (bufs, sizes, eps) = (&mut bufs[..n], &mut sizes[..n], &mut eps[..n]);
+        let gro = self.pair.fam.gro;
+        let stride = if gro { GRO_SEGMENTS.min(n) } else { 1 };
+        let capacity = n.div_ceil(stride).min(self.batch.capacity());
+        loop {
+            if self.pause {
+                self.pause = false;
+                std::thread::sleep(COALESCE_DELAY);
+            }
+            if self.pair.fam.is_closed() {
+                return self.closed();
+            }
+            let slot = SLOT_TIERS[self.tier];
+            let res = {
+                let guard = self.pair.fam.sock.read();
+                let Some(sock) = guard.as_ref() else {
+                    return self.closed();
+                };
+                self.batch
+                    .recv_strided(sock.as_fd(), bufs, stride, slot, &mut self.meta)
+            };
+            let got = match res {
+                _ if self.pair.fam.is_closed() => return self.closed(),
+                Ok(got) => got,
+                Err(e) if is_transient(&e) => continue,
+                Err(e) => {
+                    tracing::debug!(pair = ?self.pair.key, "connected socket read failed: {e}");
+                    if let Some(set) = self.set.upgrade() {
+                        set.remove(&self.pair);
+                    }
+                    return self.closed();
+                }
+            };
+            if got == 0 {
+                continue;
+            }
+            self.pause = got >= COALESCE_MIN && got < capacity;
+            let remote = self.pair.key.remote;
+            let src = Some(StickySource {
+                ip: self.pair.key.local,
+                ifindex: 0,
+            });
+            let meta = &self.meta[..got.min(self.meta.len())];
+            let layout = Layout { stride, slot, gro };
+            let f = split(bufs, sizes, eps, meta, layout, |m| Endpoint {
+                // Datagrams queued before `connect` may come from anyone: keep their source.
+                dst: m.addr.map(canonical).unwrap_or(remote),
+                src,
+            });
+            if f.grow && self.tier + 1 < SLOT_TIERS.len() {
+                self.tier += 1;
+            }
+            self.pair.used.store(true, Ordering::Relaxed);
+            if let Some(set) = self.set.upgrade() {
+                set.counters.received(f.datagrams, f.gro, f.oversize);
+            }
+            if f.entries > 0 {
+                return Ok(f.entries);
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+# Shared by test.sh and bench.sh: namespace A with one `vpn` daemon serving N peers, namespace B
+# with N daemons (one per peer, ports 51821..), joined by a veth pair on 198.18.0.0/24.
+# Tunnel addresses: A is 100.64.K.1 towards peer K, peer K is 100.64.K.2.
+# Sourced; expects VPN (the binary) and sets A, B, DIR.
+
+need() { command -v "$1" >/dev/null 2>&1; }
+
+require_root_and_tools() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "skipped: needs root (network namespaces, TUN devices)"
+        exit 0
+    fi
+    if ! need ip || ! need iperf3 || ! need ss || ! need ping || ! need python3; then
+        echo "== installing iproute2, iperf3, iputils-ping"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+            iproute2 iperf3 iputils-ping >/dev/null
+    fi
+    if [ ! -x "$VPN" ]; then
+        echo "skipped: $VPN not found (cargo build --release -p vpn-cli)"
+        exit 0
+    fi
+}
+
+A="vpn-cs-a-$$"; B="vpn-cs-b-$$"
+DIR="$(mktemp -d)"
+PEERS=0
+
+cleanup() {
+    set +e
+    for ns in "$A" "$B"; do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill "$pid" 2>/dev/null; done
+    done
+    sleep 0.3
+    for ns in "$A" "$B"; do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+        ip netns del "$ns" 2>/dev/null
+    done
+    rm -f /var/run/wireguard/wgcsa.sock /var/run/wireguard/wgcsb*.sock
+    rm -rf "$DIR"
+}
+trap cleanup EXIT INT TERM
+
+# topology N CONNECTED(0|1) — namespaces, keys, configs, daemons up.
+topology() {
+    local n="$1" connected="$2" k
+    PEERS="$n"
+    ip netns add "$A"; ip netns add "$B"
+    ip link add vcsa netns "$A" type veth peer name vcsb netns "$B"
+    ip -n "$A" addr add 198.18.0.1/24 dev vcsa; ip -n "$A" link set vcsa up; ip -n "$A" link set lo up
+    ip -n "$B" addr add 198.18.0.2/24 dev vcsb; ip -n "$B" link set vcsb up; ip -n "$B" link set lo up
+    KA="$("$VPN" genkey)"; PA="$(echo "$KA" | "$VPN" pubkey)"
+    local addrs="" peers=""
+    for k in $(seq "$n"); do
+        local kb pb
+        kb="$("$VPN" genkey)"; pb="$(echo "$kb" | "$VPN" pubkey)"
+        echo "$kb" >"$DIR/b$k.key"
+        addrs="$addrs${addrs:+, }100.64.$k.1/32"
+        peers="$peers
+[Peer]
+PublicKey = $pb
+Endpoint = 198.18.0.2:$((51820 + k))
+AllowedIPs = 100.64.$k.2/32
+"
+        cat >"$DIR/wgcsb$k.conf" <<CONF
+[Interface]
+PrivateKey = $kb
+ListenPort = $((51820 + k))
+Address = 100.64.$k.2/32
+
+[Peer]
+PublicKey = $PA
+Endpoint = 198.18.0.1:51820
+AllowedIPs = 100.64.$k.1/32
+CONF
+    done
+    cat >"$DIR/wgcsa.conf" <<CONF
+[Interface]
+PrivateKey = $KA
+ListenPort = 51820
+Address = $addrs
+$peers
+CONF
+    chmod 600 "$DIR"/*.conf
+    export VPN_CONNECTED_SOCKETS="$connected"
+    ip netns exec "$A" "$VPN" up "$DIR/wgcsa.conf" >/dev/null 2>&1
+    for k in $(seq "$n"); do
+        ip netns exec "$B" "$VPN" up "$DIR/wgcsb$k.conf" >/dev/null 2>&1
+    done
+    for k in $(seq "$n"); do
+        ip netns exec "$A" ping -c 1 -W 5 -I "100.64.$k.1" "100.64.$k.2" >/dev/null
+    done
+}
+
+# uapi NS IFACE REQUEST — one UAPI exchange, reply on stdout.
+uapi() {
+    ip netns exec "$1" python3 - "/var/run/wireguard/$2.sock" "$3" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode().decode("unicode_escape").encode())
+out = b""
+while not out.endswith(b"\n\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    out += chunk
+sys.stdout.write(out.decode())
+PY
+}
+
+# uapi_stat NS IFACE KEY — one counter of the stats=1 reply.
+uapi_stat() {
+    uapi "$1" "$2" 'stats=1\n\n' | sed -n "s/^$3=//p"
+}
+
+# wg_hex KEYFILE — the hex public key of a base64 private key file (UAPI speaks hex).
+wg_hex() {
+    "$VPN" pubkey <"$1" | python3 -c 'import base64,sys; print(base64.b64decode(sys.stdin.read().strip()).hex())'
+}
+
+# daemon_pid NS IFACE
+daemon_pid() {
+    local pid
+    for pid in $(ip netns pids "$1"); do
+        if [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = vpn ] &&
+            tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qw "$2"; then
+            echo "$pid"; return
+        fi
+    done
+}
+
+# cpu_ticks PID — user+system clock ticks so far.
+cpu_ticks() {
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# connected_sockets NS PORT — UDP sockets on PORT connected to a remote (not *).
+connected_sockets() {
+    ip netns exec "$1" ss -uanp | awk -v p=":$2" '$4 ~ p"$" && $5 !~ /\*/' | wc -l
+}
+
+# iperf_servers NS FIRST_PORT COUNT — server K on 100.64.K.1 (bound, so that UDP replies
+# leave from the address peer K's allowed IPs name).
+iperf_servers() {
+    local k
+    for k in $(seq "$3"); do
+        ip netns exec "$1" iperf3 -s -D -B "100.64.$k.1" -p "$(($2 + k))" >/dev/null 2>&1
+    done
+    sleep 0.5
+}

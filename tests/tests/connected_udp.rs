@@ -1,0 +1,160 @@
+//! Devices over real loopback sockets with connected sockets on (`StdNetBind` +
+//! `ConnectedSockets` + the device's `ReceiveFuncStarter`): pairs open mid-stream without
+//! losing traffic, and the receive pool's cap holds when more pair readers are asked for than
+//! it can feed: the device refuses the extra readers, their traffic stays on the shared
+//! socket, and every reader keeps going as buffers return.
+
+#![cfg(target_os = "linux")]
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vpn_conn::{ConnectedOptions, StdNetBind};
+use vpn_device::{Device, Logger, Options};
+use vpn_tests::*;
+use vpn_tun::memory::{MemoryTun, MemoryTunHandle};
+
+struct Side {
+    dev: Device,
+    tun: MemoryTunHandle,
+    bind: Arc<StdNetBind>,
+    key: vpn_proto::keys::PrivateKey,
+    ip: IpAddr,
+}
+
+fn side(n: u8, pool_bytes: Option<usize>) -> Side {
+    let (tun, h) = MemoryTun::new(&format!("cs{n}"), 1420, 128);
+    let bind = Arc::new(StdNetBind::new().with_connected_options(ConnectedOptions {
+        enabled: true,
+        open_after: 256 << 10,
+        idle_interval: Duration::ZERO,
+        ..ConnectedOptions::default()
+    }));
+    let mut opts = Options::default();
+    if let Some(b) = pool_bytes {
+        opts.receive_pool_bytes = b;
+    }
+    let dev = Device::with_options(
+        Arc::new(tun),
+        bind.clone(),
+        Logger::new(format!("cs{n}")),
+        opts,
+    );
+    let key = private_key();
+    dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
+        .unwrap();
+    dev.up().unwrap();
+    Side {
+        dev,
+        tun: h,
+        bind,
+        key,
+        ip: IpAddr::from([100, 64, 0, n]),
+    }
+}
+
+fn connect(a: &Side, b: &Side) {
+    a.dev
+        .ipc_set(&format!(
+            "public_key={}\nendpoint=127.0.0.1:{}\nallowed_ip={}/32\n",
+            b.key.public_key().to_hex(),
+            b.dev.listen_port(),
+            b.ip
+        ))
+        .unwrap();
+}
+
+/// Sends `n` numbered 1200-byte packets from each sender to `to`, paced, and checks that all
+/// of them arrive exactly once (order may change where a pair socket takes over from the
+/// shared one).
+fn bulk(senders: &[&Side], to: &Side, n: u32) {
+    std::thread::scope(|s| {
+        for (k, a) in senders.iter().enumerate() {
+            let (src, dst, tun) = (a.ip, to.ip, a.tun.clone());
+            s.spawn(move || {
+                for i in 0..n {
+                    let mut payload = vec![k as u8; 1200];
+                    payload[..4].copy_from_slice(&i.to_be_bytes());
+                    tun.inject(udp_packet(src, dst, 100 + k as u16, 2, &payload));
+                    if i % 256 == 255 {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            });
+        }
+        let mut seen = HashSet::new();
+        let want = n as usize * senders.len();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.len() < want && Instant::now() < deadline {
+            let Some(p) = to.tun.recv(Duration::from_secs(3)) else {
+                break;
+            };
+            let pl = udp_payload(&p);
+            let i = u32::from_be_bytes([pl[0], pl[1], pl[2], pl[3]]);
+            assert!(seen.insert((pl[4], i)), "duplicate {i} from {}", pl[4]);
+        }
+        // Loopback UDP may drop under pressure; the tunnel must not lose more than that.
+        assert!(
+            seen.len() >= want * 99 / 100,
+            "delivered {} of {want}; {:?}",
+            seen.len(),
+            to.bind.stats()
+        );
+    });
+}
+
+fn handshake(a: &Side, b: &Side) {
+    a.tun.inject(udp_packet(a.ip, b.ip, 1, 2, b"ping"));
+    let p = b.tun.recv(Duration::from_secs(5)).expect("handshake");
+    assert_eq!(udp_payload(&p), b"ping");
+}
+
+#[test]
+fn pairs_open_mid_stream_both_sides_without_loss() {
+    // Room for the shared readers (2 × 2 × 128 buffers) and 8 pair readers (8 × 2 × 64).
+    let pool = Some(1536 * vpn_device::pool::BUFFER_SIZE);
+    let a = side(1, pool);
+    let b = side(2, pool);
+    connect(&a, &b);
+    connect(&b, &a);
+    handshake(&a, &b);
+    let before = b.dev.started_readers();
+    bulk(&[&a], &b, 4000);
+    bulk(&[&b], &a, 4000);
+    let (sa, sb) = (a.bind.stats(), b.bind.stats());
+    assert!(
+        sa.connected_dials >= 1 && sb.connected_dials >= 1,
+        "{sa:?} {sb:?}"
+    );
+    assert!(sa.connected_datagrams_sent > 0 && sb.connected_datagrams_received > 0);
+    assert!(b.dev.started_readers() > before);
+    // After a rebind (port change) traffic flows again and pairs redial.
+    b.dev.ipc_set("listen_port=0\n").unwrap();
+    connect(&a, &b);
+    bulk(&[&a], &b, 4000);
+    assert!(b.bind.stats().connected_dials > sb.connected_dials);
+}
+
+#[test]
+fn pool_cap_refuses_extra_readers_and_traffic_keeps_flowing() {
+    // Each reader may tie up two batches (its buffers and a batch being sorted): the two
+    // shared readers of 128 need 512 buffers, two pair readers of 64 another 256.
+    let b = side(10, Some(768 * vpn_device::pool::BUFFER_SIZE));
+    let senders: Vec<Side> = (11..15).map(|n| side(n, None)).collect();
+    for a in &senders {
+        connect(a, &b);
+        connect(&b, a);
+        handshake(a, &b);
+    }
+    let refs: Vec<&Side> = senders.iter().collect();
+    bulk(&refs, &b, 3000);
+    let st = b.bind.stats();
+    assert!(
+        st.connected_open <= 2,
+        "the pool cap admits two pair readers: {st:?}"
+    );
+    assert!(st.connected_dials >= 1, "{st:?}");
+    // And again, with the pool warm: nothing got stuck.
+    bulk(&refs, &b, 1000);
+}
