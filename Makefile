@@ -6,12 +6,13 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-device
 FUZZ_SECONDS ?= 10
 
-.PHONY: help build demo test lint fmt check-darwin bench fuzz-smoke clean
+.PHONY: help build demo test netns lint fmt check-darwin bench fuzz-smoke clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
 	@echo "make build         build everything (release)"
 	@echo "make test          the whole test suite (root runs the network-namespace tests too)"
+	@echo "make netns         (root) the network-namespace suite: vpn, wireguard-go, boringtun-cli"
 	@echo "make lint          rustfmt check and clippy with warnings denied"
 	@echo "make check-darwin  type-check the darwin build for $(DARWIN_TARGETS)"
 	@echo "make bench         benchmarks (criterion)"
@@ -29,6 +30,14 @@ demo:
 # Everything a user runs to test: unit, scenario and interop tests.
 test:
 	$(CARGO) test --workspace --no-fail-fast
+	@if [ "$$(id -u)" -eq 0 ]; then $(MAKE) --no-print-directory netns; \
+	else echo "make test: not root, skipping the network-namespace suite (make netns)"; fi
+
+# (root) the network-namespace suite: vpn against itself, wireguard-go and boringtun-cli.
+netns:
+	$(CARGO) build -p vpn-cli -p vpn-netns-tools
+	bash netns-tests/run.sh $${CARGO_TARGET_DIR:-target}/debug/vpn
+	bash netns-tests/connected/test.sh $${CARGO_TARGET_DIR:-target}/debug/vpn
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -47,9 +56,17 @@ check-darwin:
 bench:
 	$(CARGO) bench -p vpn-proto --bench aead
 	$(CARGO) bench -p vpn-device --bench allowedips
+	$(CARGO) build --release -p vpn-cli
+	bash netns-tests/bench.sh $${CARGO_TARGET_DIR:-target}/release/vpn
 
 fuzz-smoke:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/smoke.sh
 
 clean:
 	$(CARGO) clean
+
+# Connected sockets (issue 6) in network namespaces (root): the checks, then the benchmark.
+netns-connected:
+	$(CARGO) build --release -p vpn-cli
+	bash netns-tests/connected/test.sh $${CARGO_TARGET_DIR:-target}/release/vpn
+	bash netns-tests/connected/bench.sh $${CARGO_TARGET_DIR:-target}/release/vpn

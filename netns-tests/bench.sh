@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Same-run tunnel benchmark: `vpn`, wireguard-go (Debian) and boringtun-cli between two network
+# namespaces joined by a veth pair, with plain veth as the ceiling. Side A (its daemon and the
+# iperf3 client) is pinned to CPU 0, side B (daemon and iperf3 server) to CPU 1.
+#
+# Per implementation and run: iperf3 TCP 1 stream and 4 streams, iperf3 UDP with 64-byte
+# payloads at unlimited rate (datagrams delivered per second and loss), ping RTT, and the CPU
+# time of both daemons per GB carried (utime+stime from /proc/<pid>/stat around the TCP 1-stream
+# run). Medians of RUNS runs (default 3) with min..max go into docs/performance.md, section
+# "## Tunnel benchmark (netns)" (replaced, the rest of the file untouched), with an SVG chart
+# docs/tunnel-benchmark.svg and the same-run ratios.
+#
+# Usage (root): netns-tests/bench.sh [path/to/release/vpn]
+#   RUNS=3 SECS=4 (seconds per iperf3 run) MAX_LOAD=1 LOAD_WAIT=300 (seconds to wait for a quiet
+#   machine) DOC=docs/performance.md IMPLS="veth vpn wggo boringtun"
+set -uo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+VPN="$(realpath "${1:-$ROOT/target/release/vpn}")"
+RUNS="${RUNS:-3}"; SECS="${SECS:-4}"; MAX_LOAD="${MAX_LOAD:-1}"; LOAD_WAIT="${LOAD_WAIT:-300}"
+DOC="${DOC:-$ROOT/docs/performance.md}"; SVG="$(dirname "$DOC")/tunnel-benchmark.svg"
+IMPLS="${IMPLS:-veth vpn wggo boringtun}"
+# Analysis written by hand after a run (profile, targets): appended to the section.
+BENCH_NOTES="${BENCH_NOTES-$HERE/bench-notes.md}"
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+trap lab_cleanup EXIT
+trap 'exit 130' INT TERM
+need_root
+[ -x "$VPN" ] || { echo "bench.sh: $VPN not found (cargo build --release -p vpn-cli)" >&2; exit 1; }
+ensure_tools
+[ "$(nproc)" -ge 2 ] || { echo "bench.sh: needs 2 CPUs to pin the two sides" >&2; exit 1; }
+HZ="$(getconf CLK_TCK)"
+RES="$STATE/results"; : >"$RES"
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+waited=0
+while awk -v l="$(load1)" -v m="$MAX_LOAD" 'BEGIN { exit !(l >= m) }' && [ "$waited" -lt "$LOAD_WAIT" ]; do
+    [ "$waited" -eq 0 ] && echo "== waiting for load < $MAX_LOAD (now $(load1)), up to ${LOAD_WAIT}s"
+    sleep 10; waited=$((waited + 10))
+done
+LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== load average at start: $LOAD_START"
+
+label() { case "$1" in veth) echo "plain veth" ;; vpn) echo "vpn" ;; wggo) echo "wireguard-go" ;; boringtun) echo "boringtun-cli" ;; esac; }
+record() { echo "$1 $2 $3" >>"$RES"; }   # impl metric value
+
+# The flattened iperf3 JSON's "end" object.
+json_end() { tr -d ' \t\n' | grep -o '"end":{.*'; }
+num() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+
+bench_impl() {
+    local impl="$1" dst run j end bps bytes t0 t1
+    make_pair "bn"
+    if [ "$impl" = veth ]; then
+        dst=198.18.0.2; PIDA=""; PIDB=""
+    else
+        CPU_A=0 CPU_B=1 tunnel "$impl" "$impl" 4
+        dst=100.64.0.2
+        n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 "$dst" >/dev/null || { echo "$impl: tunnel did not come up" >&2; return 1; }
+    fi
+    timeout 600 ip netns exec "$(ns "$B")" taskset -c 1 iperf3 -s >/dev/null 2>&1 &
+    track_pid $!
+    wait_for "n $B ss -ltn | grep -q ':5201 '" 5
+    cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$dst" -t "$SECS" "$@"; }
+    for run in $(seq "$RUNS"); do
+        t0=0; [ -n "$PIDA" ] && t0=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
+        j="$(cli)"; end="$(echo "$j" | json_end)"
+        t1=0; [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
+        bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+        bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
+        record "$impl" tcp1 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
+        [ -n "$PIDA" ] && record "$impl" cpugb "$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.3f", (t / hz) / (b / 1e9); else print "nan" }')"
+        j="$(cli -P 4)"; end="$(echo "$j" | json_end)"
+        bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+        record "$impl" tcp4 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
+        j="$(cli -u -b 0 -l 64)"; end="$(echo "$j" | json_end)"
+        local s pk lost secs
+        s="$(echo "$end" | grep -o '"sum":{[^}]*' | head -1)"
+        pk="$(echo "$s" | num packets)"; lost="$(echo "$s" | num lost_packets)"; secs="$(echo "$s" | num seconds)"
+        record "$impl" udppps "$(awk -v p="${pk:-0}" -v l="${lost:-0}" -v s="${secs:-1}" 'BEGIN { printf "%.0f", (p - l) / s }')"
+        record "$impl" udploss "$(awk -v p="${pk:-0}" -v l="${lost:-0}" 'BEGIN { if (p > 0) printf "%.1f", 100 * l / p; else print "nan" }')"
+        local rtt
+        rtt="$(n "$A" timeout 20 ping -c 20 -i 0.05 -W 2 "$dst" | awk -F/ '/^rtt/ { print $5 }')"
+        record "$impl" rtt "${rtt:-nan}"
+        echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$([ "$impl" = veth ] && echo 5 || echo 6)" | awk '{ printf "%s=%s ", $2, $3 }')"
+    done
+    ns_del "$A" "$B"
+}
+
+for impl in $IMPLS; do
+    echo "== $(label "$impl")"
+    bench_impl "$impl" || echo "== $(label "$impl") failed"
+done
+LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# median, min, max of a metric: "med min max" (empty if no values).
+stat() {
+    awk -v i="$1" -v m="$2" '$1 == i && $2 == m && $3 != "nan" { print $3 }' "$RES" | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) exit; med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print med, v[1], v[NR] }'
+}
+cell() {
+    local s; s="$(stat "$1" "$2")"
+    [ -n "$s" ] || { echo "–"; return; }
+    read -r med lo hi <<<"$s"
+    awk -v a="$med" -v b="$lo" -v c="$hi" -v f="$3" 'BEGIN { printf f " (" f ".." f ")", a, b, c }'
+}
+med() { stat "$1" "$2" | cut -d' ' -f1; }
+ratio() {
+    local a b; a="$(med "$1" "$3")"; b="$(med "$2" "$3")"
+    awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else print "n/a" }'
+}
+
+# The SVG chart: TCP 1 and 4 streams (Gbit/s, medians) per implementation.
+chart() {
+    local rows=""
+    for impl in $IMPLS; do rows+="$(label "$impl")|$(med "$impl" tcp1)|$(med "$impl" tcp4)"$'\n'; done
+    printf '%s' "$rows" | awk -F'|' '
+        { name[NR] = $1; a[NR] = $2 + 0; b[NR] = $3 + 0; if (a[NR] > mx) mx = a[NR]; if (b[NR] > mx) mx = b[NR] }
+        END {
+            W = 640; H = 320; L = 60; T = 30; B = 50; ph = H - T - B; if (mx <= 0) mx = 1
+            top = mx * 1.15; gw = (W - L - 20) / NR
+            printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
+            printf "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            printf "<text x=\"%d\" y=\"18\" font-size=\"14\">iperf3 TCP through the tunnel, Gbit/s (median)</text>\n", L
+            printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T, L, T + ph
+            printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T + ph, W - 20, T + ph
+            for (k = 0; k <= 4; k++) { v = top * k / 4; y = T + ph - ph * k / 4
+                printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", L - 5, y + 4, v
+                printf "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - 20, y }
+            for (i = 1; i <= NR; i++) { x = L + (i - 1) * gw + gw * 0.15; bw = gw * 0.33
+                ha = ph * a[i] / top; hb = ph * b[i] / top
+                printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#4472c4\"/>\n", x, T + ph - ha, bw, ha
+                printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.2f</text>\n", x + bw / 2, T + ph - ha - 3, a[i]
+                printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ed7d31\"/>\n", x + bw, T + ph - hb, bw, hb
+                printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.2f</text>\n", x + 1.5 * bw, T + ph - hb - 3, b[i]
+                printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + bw, T + ph + 18, name[i] }
+            printf "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#4472c4\"/><text x=\"%d\" y=\"%d\">1 stream</text>\n", L, H - 18, L + 16, H - 8
+            printf "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#ed7d31\"/><text x=\"%d\" y=\"%d\">4 streams</text>\n", L + 90, H - 18, L + 106, H - 8
+            print "</svg>"
+        }'
+}
+
+section() {
+    echo "## Tunnel benchmark (netns)"
+    echo
+    echo "\`make bench\` → \`netns-tests/bench.sh\`: two namespaces joined by a veth pair (MTU 1500), a"
+    echo "tunnel between two daemons of the same implementation (tunnel MTU 1420), side A (daemon and"
+    echo "iperf3 client) pinned to CPU 0, side B (daemon and iperf3 server) to CPU 1. Plain veth is the"
+    echo "ceiling (no tunnel). Medians of $RUNS runs, min..max in brackets; ${SECS} s per iperf3 run."
+    echo "CPU-s/GB: utime+stime of both daemons during the TCP 1-stream run per 10⁹ bytes received."
+    echo "UDP: iperf3 \`-u -b 0 -l 64\` (64-byte payloads, unlimited rate), datagrams delivered per second."
+    echo "RTT: ping -c 20 -i 0.05 on the otherwise idle tunnel."
+    echo
+    echo "Run $(date -u "+%Y-%m-%d %H:%M UTC"), vpn binary ${VPN#"$ROOT"/}, kernel $(uname -r), load average at start"
+    echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."
+    echo "wireguard-go $(wireguard-go --version 2>/dev/null | head -1 | awk '{ print $2 }') (Debian), boringtun-cli $("$BORINGTUN" --version 2>/dev/null | awk '{ print $2 }') (default 4 threads)."
+    echo
+    echo "| implementation | TCP 1 stream Gbit/s | TCP 4 streams Gbit/s | UDP 64 B kpps delivered | UDP loss % | RTT ms | CPU-s/GB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
+    for impl in $IMPLS; do
+        local pps; pps="$(stat "$impl" udppps | awk '{ printf "%.0f (%.0f..%.0f)", $1 / 1000, $2 / 1000, $3 / 1000 }')"
+        echo "| $(label "$impl") | $(cell "$impl" tcp1 %.2f) | $(cell "$impl" tcp4 %.2f) | ${pps:-–} | $(cell "$impl" udploss %.1f) | $(cell "$impl" rtt %.3f) | $(cell "$impl" cpugb %.2f) |"
+    done
+    echo
+    echo "![TCP throughput per implementation](tunnel-benchmark.svg)"
+    echo
+    echo "Same-run ratios (medians):"
+    echo "- TCP 1 stream: vpn/boringtun-cli $(ratio vpn boringtun tcp1), vpn/wireguard-go $(ratio vpn wggo tcp1) (targets ≥ 3.5× and ≥ 6×);"
+    echo "  vpn reaches $(ratio vpn veth tcp1) of plain veth."
+    echo "- TCP 4 streams: vpn/boringtun-cli $(ratio vpn boringtun tcp4), vpn/wireguard-go $(ratio vpn wggo tcp4)."
+    echo "- CPU-s/GB: vpn/boringtun-cli $(ratio vpn boringtun cpugb), vpn/wireguard-go $(ratio vpn wggo cpugb) (target ≤ 0.3× boringtun-cli)."
+    echo "- RTT: vpn $(med vpn rtt) ms, boringtun-cli $(med boringtun rtt) ms, wireguard-go $(med wggo rtt) ms (target: vpn ≤ boringtun-cli)."
+    echo "- UDP 64 B delivered: vpn/boringtun-cli $(ratio vpn boringtun udppps), vpn/wireguard-go $(ratio vpn wggo udppps)."
+    if [ -n "${BENCH_NOTES:-}" ] && [ -f "$BENCH_NOTES" ]; then echo; cat "$BENCH_NOTES"; fi
+}
+
+chart >"$SVG"
+new="$STATE/section.md"
+section >"$new"
+cat "$new"
+# Replace our section (from its heading to the next "## " heading) or append it.
+if grep -q '^## Tunnel benchmark (netns)' "$DOC" 2>/dev/null; then
+    awk -v f="$new" '
+        /^## Tunnel benchmark \(netns\)/ { while ((getline l < f) > 0) print l; skip = 1; next }
+        skip && /^## / { skip = 0; print ""; }
+        !skip { print }' "$DOC" >"$STATE/doc.md"
+else
+    { cat "$DOC" 2>/dev/null; echo; cat "$new"; } >"$STATE/doc.md"
+fi
+cat "$STATE/doc.md" >"$DOC"
+echo "== written: $DOC (section \"Tunnel benchmark (netns)\"), $SVG"
