@@ -103,10 +103,24 @@ pub struct Node {
 impl Node {
     /// A node with tunnel addresses 100.64.0.`n` / fd00::`n` and underlay 198.18.0.`n`.
     pub fn new(net: &MemoryNetwork, n: u8, batch: usize, clock: Option<Arc<dyn Clock>>) -> Node {
+        Self::with_workers(net, n, batch, clock, 0)
+    }
+
+    /// [`Node::new`] with a given number of crypto workers (0: one per core; 1: inline crypto).
+    pub fn with_workers(
+        net: &MemoryNetwork,
+        n: u8,
+        batch: usize,
+        clock: Option<Arc<dyn Clock>>,
+        workers: usize,
+    ) -> Node {
         let underlay = IpAddr::from([198, 18, 0, n]);
         let bind = Arc::new(net.bind(underlay, batch));
         let (tun, handle) = MemoryTun::new(&format!("mem{n}"), 1420, batch);
-        let mut opts = Options::default();
+        let mut opts = Options {
+            workers,
+            ..Options::default()
+        };
         if let Some(c) = clock {
             opts.clock = c;
         }
@@ -170,8 +184,18 @@ impl Node {
 
 /// Two nodes that know each other, tunnel addresses .1 and .2.
 pub fn pair(net: &MemoryNetwork, batch: usize, clock: Option<Arc<dyn Clock>>) -> (Node, Node) {
-    let a = Node::new(net, 1, batch, clock.clone());
-    let b = Node::new(net, 2, batch, clock);
+    pair_with_workers(net, batch, clock, 0)
+}
+
+/// [`pair`] with a given number of crypto workers on both nodes.
+pub fn pair_with_workers(
+    net: &MemoryNetwork,
+    batch: usize,
+    clock: Option<Arc<dyn Clock>>,
+    workers: usize,
+) -> (Node, Node) {
+    let a = Node::with_workers(net, 1, batch, clock.clone(), workers);
+    let b = Node::with_workers(net, 2, batch, clock, workers);
     a.add_peer(&b, "");
     b.add_peer(&a, "");
     (a, b)

@@ -23,10 +23,28 @@ fn ping_both_ways_ipv4_and_ipv6() {
 
 #[test]
 fn bulk_transfer_keeps_every_byte_and_per_flow_order() {
+    bulk_transfer(0);
+}
+
+/// One crypto worker: batches are sealed and opened on the thread that produced them.
+#[test]
+fn bulk_transfer_with_inline_crypto() {
+    bulk_transfer(1);
+}
+
+#[test]
+fn ping_with_inline_crypto() {
+    let net = MemoryNetwork::new();
+    let (a, b) = pair_with_workers(&net, 1, None, 1);
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    assert!(ping(&b, &a, true, Duration::from_secs(5)));
+}
+
+fn bulk_transfer(workers: usize) {
     const FLOWS: u16 = 8;
     const PACKETS: u32 = 100_000;
     let net = MemoryNetwork::new();
-    let (a, b) = pair(&net, 128, None);
+    let (a, b) = pair_with_workers(&net, 128, None, workers);
     assert!(ping(&a, &b, false, Duration::from_secs(5)));
     let tun = a.tun.clone();
     let (s, d) = (IpAddr::V4(a.v4), IpAddr::V4(b.v4));

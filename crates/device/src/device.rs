@@ -142,6 +142,8 @@ pub struct DeviceInner {
     pub(crate) stats: DeviceStats,
     pub(crate) broken_roaming: AtomicBool,
     workers: usize,
+    /// One worker: run crypto on the thread that produced the batch (see `submit`).
+    inline_crypto: bool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Receive threads of the current bind generation.
     readers: Mutex<Vec<JoinHandle<()>>>,
@@ -232,6 +234,7 @@ impl Device {
             stats: DeviceStats::default(),
             broken_roaming: AtomicBool::new(false),
             workers,
+            inline_crypto: workers == 1,
             threads: Mutex::new(Vec::new()),
             readers: Mutex::new(Vec::new()),
             accepting_readers: AtomicBool::new(false),
@@ -375,8 +378,29 @@ impl DeviceInner {
         self.state() == State::Closed
     }
 
+    /// Hands a batch to the crypto stage: to the worker threads, or — with a single worker —
+    /// runs it on this thread. On one core a hand-off only adds two context switches per batch
+    /// (the reader wakes the worker, the worker the next reader), and the ordered queues keep
+    /// per-peer order either way.
     pub(crate) fn submit(&self, job: Job) {
-        let _ = self.crypto_tx.send(job);
+        if self.inline_crypto {
+            match job {
+                Job::Encrypt(c) => self.encrypt_and_send(c),
+                Job::Decrypt(c) => self.decrypt_and_deliver(c),
+                Job::Stop => {}
+            }
+        } else {
+            let _ = self.crypto_tx.send(job);
+        }
+    }
+
+    /// Crypto worker threads: none when batches are processed inline (one worker).
+    fn crypto_threads(&self) -> usize {
+        if self.inline_crypto {
+            0
+        } else {
+            self.workers
+        }
     }
 
     pub(crate) fn mtu(&self) -> usize {
@@ -389,7 +413,7 @@ impl DeviceInner {
 
     fn start_threads(self: &Arc<Self>) {
         let mut threads = self.threads.lock();
-        for i in 0..self.workers {
+        for i in 0..self.crypto_threads() {
             let d = self.clone();
             threads.push(spawn(&format!("crypto-{i}"), move || d.crypto_worker()));
         }
@@ -506,8 +530,8 @@ impl DeviceInner {
         }
         self.timers.stop();
         self.shutdown_tx.lock().take();
-        for _ in 0..self.workers {
-            self.submit(Job::Stop);
+        for _ in 0..self.crypto_threads() {
+            let _ = self.crypto_tx.send(Job::Stop);
         }
         for _ in 0..self.workers.clamp(1, 2) {
             let _ = self.handshake_tx.send(None);

@@ -284,6 +284,9 @@ impl Peer {
             return;
         };
         let mut need_handshake = false;
+        // Queue order (= nonce order) is fixed under the staged lock; the crypto work is handed
+        // over after it is released, since it may run inline on this thread (one worker).
+        let mut ready = Vec::new();
         let mut staged = self.staged.lock();
         while let Some(mut batch) = staged.pop_front() {
             let n = batch.len() as u64;
@@ -307,7 +310,7 @@ impl Peer {
                     batch,
                 ));
                 self.outbound.push(c.clone());
-                dev.submit(crate::Job::Encrypt(c));
+                ready.push(c);
             }
             if let Some(rest) = overflow {
                 staged.push_front(rest);
@@ -315,6 +318,9 @@ impl Peer {
             }
         }
         drop(staged);
+        for c in ready {
+            dev.submit(crate::Job::Encrypt(c));
+        }
         if need_handshake {
             dev.send_handshake_initiation(self, false);
         }
