@@ -91,6 +91,11 @@ impl Ord for Entry {
 pub(crate) struct TimerWheel {
     heap: Mutex<BinaryHeap<Reverse<Entry>>>,
     cond: Condvar,
+    /// When the timer thread will wake next by itself (clock nanoseconds; at most 1 s ahead).
+    /// Arming a timer due later needs no wake-up: the thread recomputes when it wakes. Most
+    /// timers are 5 s or more away, so the data path almost never wakes the thread — a
+    /// wake-up per received packet would be a context switch per packet on a busy core.
+    wake_at: AtomicU64,
     stop: AtomicBool,
     clock: Arc<dyn Clock>,
 }
@@ -100,6 +105,7 @@ impl TimerWheel {
         let w = Arc::new(TimerWheel {
             heap: Mutex::new(BinaryHeap::new()),
             cond: Condvar::new(),
+            wake_at: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             clock: clock.clone(),
         });
@@ -127,7 +133,7 @@ impl TimerWheel {
         }
         let mut heap = self.heap.lock();
         t.queued[k as usize].store(at, Ordering::Release);
-        let wake = heap.peek().is_none_or(|Reverse(e)| at < e.at);
+        let wake = at < self.wake_at.load(Ordering::Acquire);
         heap.push(Reverse(Entry {
             at,
             kind: k,
@@ -172,7 +178,13 @@ impl TimerWheel {
                         .unwrap_or(Duration::from_secs(1))
                         .min(Duration::from_secs(1));
                     if !self.stop.load(Ordering::Acquire) {
+                        // Published under the heap lock, which `arm` holds when it compares.
+                        let until = now
+                            .as_nanos()
+                            .saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
+                        self.wake_at.store(until, Ordering::Release);
                         self.cond.wait_for(&mut heap, wait);
+                        self.wake_at.store(0, Ordering::Release);
                     }
                     continue;
                 }
