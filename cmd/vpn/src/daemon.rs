@@ -152,8 +152,12 @@ fn open_tun(ifname: &str) -> Result<LinuxTun, crate::Error> {
             let fd = sys::take_inherited_fd(parse_fd("WG_TUN_FD", &v)?)?;
             Ok(LinuxTun::from_fd(fd, DEFAULT_MTU).map_err(|e| format!("WG_TUN_FD: {e}"))?)
         }
-        Err(_) => Ok(LinuxTun::create(ifname, DEFAULT_MTU)
-            .map_err(|e| format!("failed to create TUN device {ifname}: {e}"))?),
+        // `VPN_TUN_OFFLOAD=0`: a plain TUN without the virtio-net header (see `VPN_UDP_OFFLOAD`).
+        Err(_) => {
+            let offload = std::env::var("VPN_TUN_OFFLOAD").map_or(true, |v| v != "0");
+            Ok(LinuxTun::create_with_offload(ifname, DEFAULT_MTU, offload)
+                .map_err(|e| format!("failed to create TUN device {ifname}: {e}"))?)
+        }
     }
 }
 
@@ -178,7 +182,10 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
     // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets; each one's reader keeps receive
     // buffers, so the receive pool grows by 16 readers' worth.
     let connected = ConnectedOptions::from_env();
-    let bind = Arc::new(StdNetBind::new().with_connected_options(connected));
+    // `VPN_UDP_OFFLOAD=0` keeps UDP GSO/GRO off: for paths or kernels that mishandle them,
+    // and for comparisons.
+    let udp_offload = std::env::var("VPN_UDP_OFFLOAD").map_or(true, |v| v != "0");
+    let bind = Arc::new(StdNetBind::with_offload(udp_offload).with_connected_options(connected));
     let opts = Options {
         clock: Arc::new(BootTimeClock),
         receive_pool_bytes: vpn_device::DEFAULT_RECEIVE_POOL_BYTES

@@ -91,6 +91,13 @@ impl LinuxTun {
     /// offloads if the kernel allows them, and sets its MTU (0 leaves it). The interface is
     /// left down, as wireguard-go leaves it.
     pub fn create(name: &str, mtu: u32) -> io::Result<Self> {
+        Self::create_with_offload(name, mtu, true)
+    }
+
+    /// [`create`](Self::create), with `offload` false asking for a plain TUN (one packet per
+    /// call, no virtio-net header): for kernels or paths that mishandle the offloads, and for
+    /// comparisons.
+    pub fn create_with_offload(name: &str, mtu: u32, offload: bool) -> io::Result<Self> {
         let mtu16 = u16::try_from(mtu)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "MTU above 65535"))?;
         let build = |offload: bool| {
@@ -105,12 +112,13 @@ impl LinuxTun {
             }
             b.build_sync()
         };
-        let dev = match build(true) {
+        let dev = match build(offload) {
             Ok(d) => d,
-            Err(e) => {
+            Err(e) if offload => {
                 tracing::info!("TUN offloads unavailable ({e}); one packet per call");
                 build(false)?
             }
+            Err(e) => return Err(e),
         };
         Self::from_fd(sys::into_owned_fd(dev), 0)
     }

@@ -103,6 +103,12 @@ fn create_mtu_and_offload_flags() {
         assert_eq!(tun.batch_size(), 128);
         eprintln!("USO: {}", tun.uso_enabled());
         assert!(tun.set_mtu(70_000).is_err());
+        drop(tun);
+        // Asked for no offloads: a plain TUN, one packet per call, that still carries traffic.
+        let plain = LinuxTun::create_with_offload("vt3", 1420, false).expect("create plain");
+        assert!(!plain.offload_enabled() && !plain.uso_enabled());
+        assert_eq!(plain.batch_size(), 1);
+        udp_both_ways(&plain, "vt3", 3);
     });
 }
 
