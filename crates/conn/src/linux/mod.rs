@@ -63,6 +63,65 @@ impl Family {
         self.closed.load(Ordering::SeqCst)
     }
 
+    /// Sends `bufs` on this family's socket in chunks of at most a batch, through
+    /// [`send_all`] (GSO plans, EIO fallback) with pooled scratch arrays; `sys` is the actual
+    /// `sendmmsg` (to an address, or on a connected socket). A GSO fallback whose resend
+    /// worked is reported after the remaining chunks went out; any other error stops. Closing
+    /// the socket meanwhile turns the error into [`err_closed`].
+    fn send_batch<F>(
+        &self,
+        pool: &Mutex<Vec<SendScratch>>,
+        bufs: &[&[u8]],
+        src: Option<PktInfo>,
+        sent: &mut Sent,
+        mut sys: F,
+    ) -> io::Result<()>
+    where
+        F: FnMut(
+            &mut SendBatch,
+            &Socket,
+            Option<&PktInfo>,
+            &[&[u8]],
+            &[MsgPlan],
+        ) -> io::Result<usize>,
+    {
+        let max_total = if self.v6 {
+            MAX_V6_PAYLOAD
+        } else {
+            MAX_V4_PAYLOAD
+        };
+        let mut scratch = pool.lock().pop().unwrap_or_else(SendScratch::new);
+        let result = match self.sock.read().as_ref() {
+            None => Err(err_closed()),
+            Some(sock) => {
+                let SendScratch { batch, plans } = &mut scratch;
+                let mut result = Ok(());
+                for chunk in bufs.chunks(IDEAL_BATCH_SIZE) {
+                    let r = send_all(chunk, src, max_total, &self.gso, plans, sent, |s, b, p| {
+                        sys(batch, sock, s, b, p)
+                    });
+                    match r {
+                        Ok(()) => {}
+                        // GSO went away but the resend worked: report it after the rest.
+                        Err(e) if matches!(ErrUdpGsoDisabled::retry_outcome(&e), Some(None)) => {
+                            result = Err(e)
+                        }
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                result
+            }
+        };
+        pool.lock().push(scratch);
+        if self.is_closed() && result.is_err() {
+            return Err(err_closed());
+        }
+        result
+    }
+
     /// Wakes and stops the reader, then closes the descriptor.
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
@@ -388,53 +447,15 @@ impl Bind for StdNetBind {
                 addr: s.ip,
                 ifindex: s.ifindex,
             });
-        let max_total = if fam.v6 {
-            MAX_V6_PAYLOAD
-        } else {
-            MAX_V4_PAYLOAD
-        };
-        let mut scratch = self.send_pool.lock().pop().unwrap_or_else(SendScratch::new);
         let mut sent = Sent::default();
-        let result = {
-            let guard = fam.sock.read();
-            match guard.as_ref() {
-                None => Err(err_closed()),
-                Some(sock) => {
-                    let SendScratch { batch, plans } = &mut scratch;
-                    let mut result = Ok(());
-                    for chunk in bufs.chunks(IDEAL_BATCH_SIZE) {
-                        let r = send_all(
-                            chunk,
-                            src,
-                            max_total,
-                            &fam.gso,
-                            plans,
-                            &mut sent,
-                            |s, b, p| batch.send(sock.as_fd(), &dst, s, b, p),
-                        );
-                        match r {
-                            Ok(()) => {}
-                            // GSO went away but the resend worked: report it after the rest.
-                            Err(e)
-                                if matches!(ErrUdpGsoDisabled::retry_outcome(&e), Some(None)) =>
-                            {
-                                result = Err(e)
-                            }
-                            Err(e) => {
-                                result = Err(e);
-                                break;
-                            }
-                        }
-                    }
-                    result
-                }
-            }
-        };
-        self.send_pool.lock().push(scratch);
+        let result = fam.send_batch(
+            &self.send_pool,
+            bufs,
+            src,
+            &mut sent,
+            |batch, sock, s, b, p| batch.send(sock.as_fd(), &dst, s, b, p),
+        );
         self.stats.send(sent.datagrams, sent.gso_messages);
-        if fam.is_closed() && result.is_err() {
-            return Err(err_closed());
-        }
         result
     }
 

@@ -35,9 +35,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 use socket2::Socket;
 
-use super::send::{send_all, Sent, MAX_V4_PAYLOAD, MAX_V6_PAYLOAD};
+use super::send::Sent;
 use super::{canonical, Family, SendScratch};
-use crate::{err_closed, is_err_closed, ErrUdpGsoDisabled, ReceiveFunc, IDEAL_BATCH_SIZE};
+use crate::{is_err_closed, ReceiveFunc};
 
 /// Bytes a pair carries (sent + received) within one idle interval before it gets a socket.
 pub const DEFAULT_OPEN_AFTER: u64 = 1 << 20;
@@ -655,53 +655,16 @@ impl Inner {
 impl Pair {
     /// Sends `bufs` on this socket with `sendmmsg` and UDP GSO.
     fn send(&self, set: &Inner, bufs: &[&[u8]]) -> io::Result<()> {
-        let max_total = if self.fam.v6 {
-            MAX_V6_PAYLOAD
-        } else {
-            MAX_V4_PAYLOAD
-        };
-        let mut scratch = set.send_pool.lock().pop().unwrap_or_else(SendScratch::new);
         let mut sent = Sent::default();
-        let result = {
-            let guard = self.fam.sock.read();
-            match guard.as_ref() {
-                None => Err(err_closed()),
-                Some(sock) => {
-                    let SendScratch { batch, plans } = &mut scratch;
-                    let mut result = Ok(());
-                    for chunk in bufs.chunks(IDEAL_BATCH_SIZE) {
-                        let r = send_all(
-                            chunk,
-                            None,
-                            max_total,
-                            &self.fam.gso,
-                            plans,
-                            &mut sent,
-                            |_, b, p| batch.send_connected(sock.as_fd(), b, p),
-                        );
-                        match r {
-                            Ok(()) => {}
-                            Err(e)
-                                if matches!(ErrUdpGsoDisabled::retry_outcome(&e), Some(None)) =>
-                            {
-                                result = Err(e)
-                            }
-                            Err(e) => {
-                                result = Err(e);
-                                break;
-                            }
-                        }
-                    }
-                    result
-                }
-            }
-        };
-        set.send_pool.lock().push(scratch);
+        let result = self.fam.send_batch(
+            &set.send_pool,
+            bufs,
+            None,
+            &mut sent,
+            |batch, sock, _, b, p| batch.send_connected(sock.as_fd(), b, p),
+        );
         self.used.store(true, Relaxed);
         add(&set.counters.sent, sent.datagrams);
-        if self.fam.is_closed() && result.is_err() {
-            return Err(err_closed());
-        }
         result
     }
 }
