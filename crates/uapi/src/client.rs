@@ -6,11 +6,10 @@
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-/// Where daemons put their sockets.
-pub const DEFAULT_DIR: &str = "/var/run/wireguard";
+pub use super::{socket_path, DEFAULT_DIR};
 
 /// How long a reply may take before the request fails (a wedged daemon must not hang `vpn`).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,11 +24,6 @@ pub struct Response {
     pub body: String,
     /// The `errno=` value: 0 for success, a negative errno otherwise.
     pub errno: i64,
-}
-
-/// `<dir>/<ifname>.sock`.
-pub fn socket_path(dir: &Path, ifname: &str) -> PathBuf {
-    dir.join(format!("{ifname}.sock"))
 }
 
 /// Applies a `set` body (`key=value` lines, with or without a final newline).
@@ -156,6 +150,7 @@ fn parse_reply(raw: &[u8]) -> io::Result<Response> {
 mod tests {
     use super::*;
     use std::io::BufRead;
+    use std::path::PathBuf;
     use std::os::unix::net::UnixListener;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::thread;
