@@ -89,8 +89,8 @@ pub(crate) enum Job {
 }
 
 pub(crate) struct HandshakeJob {
+    /// The message, exactly (copied out of the receive buffer).
     pub buf: Box<[u8]>,
-    pub len: usize,
     pub ep: Endpoint,
 }
 
@@ -113,7 +113,7 @@ pub(crate) struct Peers {
 }
 
 /// Everything the device's threads share.
-pub struct DeviceInner {
+pub(crate) struct DeviceInner {
     pub(crate) name: String,
     pub(crate) tun: Arc<dyn Tun>,
     pub(crate) bind: Arc<dyn Bind>,
@@ -343,11 +343,6 @@ impl Device {
     /// The port the bind listens on (0 while down).
     pub fn listen_port(&self) -> u16 {
         self.inner.net.lock().port
-    }
-
-    #[doc(hidden)]
-    pub fn inner(&self) -> &Arc<DeviceInner> {
-        &self.inner
     }
 }
 
@@ -607,7 +602,7 @@ impl DeviceInner {
         }
         let batch = self.bind.batch_size();
         for f in fns {
-            self.spawn_reader(f, crate::pool::BUFFER_SIZE, batch);
+            self.spawn_reader(f, batch);
         }
         tracing::debug!(device = %self.name, port = actual, "bind opened");
         Ok(())
@@ -630,7 +625,7 @@ impl DeviceInner {
         Ok(())
     }
 
-    fn spawn_reader(self: &Arc<Self>, f: ReceiveFunc, _buf_size: usize, batch: usize) {
+    fn spawn_reader(self: &Arc<Self>, f: ReceiveFunc, batch: usize) {
         let d = self.clone();
         let held = self.reader_buffers.clone();
         held.fetch_add(batch, Ordering::AcqRel);
@@ -764,7 +759,10 @@ impl ReceiveFuncStarter for Starter {
             return false;
         }
         dev.readers_started.fetch_add(1, Ordering::Relaxed);
-        dev.spawn_reader(f, buf_size, batch_size.max(1));
+        // Device buffers are `BUFFER_SIZE` each, larger than any datagram, so every `buf_size`
+        // a bind can name is met.
+        let _ = buf_size;
+        dev.spawn_reader(f, batch_size.max(1));
         true
     }
 }

@@ -21,7 +21,7 @@ impl DeviceInner {
     }
 
     fn handle_handshake(self: &Arc<Self>, job: HandshakeJob) {
-        let msg = &job.buf[..job.len];
+        let msg = &job.buf[..];
         let Ok(ty) = vpn_proto::messages::classify(msg) else {
             self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
             return;

@@ -201,7 +201,6 @@ impl DeviceInner {
                         let size = sizes[i];
                         let job = HandshakeJob {
                             buf: bufs[i][..size].to_vec().into_boxed_slice(),
-                            len: size,
                             ep: eps[i],
                         };
                         if self.handshake_tx.try_send(Some(job)).is_err() {
