@@ -220,3 +220,51 @@ pub fn ping(a: &Node, b: &Node, v6: bool, timeout: Duration) -> bool {
 pub fn thread_count() -> Option<usize> {
     std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
 }
+
+/// A device on an in-memory TUN and real UDP sockets on loopback (`StdNetBind`), keyed and up
+/// on a random port, with tunnel address 100.64.0.`n`.
+#[cfg(target_os = "linux")]
+pub struct UdpNode {
+    pub dev: Device,
+    pub tun: MemoryTunHandle,
+    pub bind: Arc<vpn_conn::StdNetBind>,
+    pub key: PrivateKey,
+    pub ip: IpAddr,
+}
+
+#[cfg(target_os = "linux")]
+impl UdpNode {
+    pub fn new(n: u8, bind: vpn_conn::StdNetBind, opts: Options) -> UdpNode {
+        let (tun, h) = MemoryTun::new(&format!("udp{n}"), 1420, 128);
+        let bind = Arc::new(bind);
+        let dev = Device::with_options(
+            Arc::new(tun),
+            bind.clone(),
+            Logger::new(format!("udp{n}")),
+            opts,
+        );
+        let key = private_key();
+        dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
+            .unwrap();
+        dev.up().unwrap();
+        UdpNode {
+            dev,
+            tun: h,
+            bind,
+            key,
+            ip: IpAddr::from([100, 64, 0, n]),
+        }
+    }
+
+    /// Adds `other` as a peer at 127.0.0.1:<its port> owning its tunnel address.
+    pub fn connect(&self, other: &UdpNode) {
+        self.dev
+            .ipc_set(&format!(
+                "public_key={}\nendpoint=127.0.0.1:{}\nallowed_ip={}/32\n",
+                other.key.public_key().to_hex(),
+                other.dev.listen_port(),
+                other.ip
+            ))
+            .unwrap();
+    }
+}

@@ -7,68 +7,29 @@
 #![cfg(target_os = "linux")]
 
 use std::collections::HashSet;
-use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vpn_conn::{ConnectedOptions, StdNetBind};
-use vpn_device::{Device, Logger, Options};
+use vpn_device::Options;
 use vpn_tests::*;
-use vpn_tun::memory::{MemoryTun, MemoryTunHandle};
 
-struct Side {
-    dev: Device,
-    tun: MemoryTunHandle,
-    bind: Arc<StdNetBind>,
-    key: vpn_proto::keys::PrivateKey,
-    ip: IpAddr,
-}
-
-fn side(n: u8, pool_bytes: Option<usize>) -> Side {
-    let (tun, h) = MemoryTun::new(&format!("cs{n}"), 1420, 128);
-    let bind = Arc::new(StdNetBind::new().with_connected_options(ConnectedOptions {
+fn side(n: u8, pool_bytes: Option<usize>) -> UdpNode {
+    let bind = StdNetBind::new().with_connected_options(ConnectedOptions {
         enabled: true,
         open_after: 256 << 10,
         idle_interval: Duration::ZERO,
         ..ConnectedOptions::default()
-    }));
+    });
     let mut opts = Options::default();
     if let Some(b) = pool_bytes {
         opts.receive_pool_bytes = b;
     }
-    let dev = Device::with_options(
-        Arc::new(tun),
-        bind.clone(),
-        Logger::new(format!("cs{n}")),
-        opts,
-    );
-    let key = private_key();
-    dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
-        .unwrap();
-    dev.up().unwrap();
-    Side {
-        dev,
-        tun: h,
-        bind,
-        key,
-        ip: IpAddr::from([100, 64, 0, n]),
-    }
-}
-
-fn connect(a: &Side, b: &Side) {
-    a.dev
-        .ipc_set(&format!(
-            "public_key={}\nendpoint=127.0.0.1:{}\nallowed_ip={}/32\n",
-            b.key.public_key().to_hex(),
-            b.dev.listen_port(),
-            b.ip
-        ))
-        .unwrap();
+    UdpNode::new(n, bind, opts)
 }
 
 /// Sends `n` numbered 1200-byte packets from each sender to `to`, paced, and checks that all
 /// of them arrive exactly once (order may change where a pair socket takes over from the
 /// shared one).
-fn bulk(senders: &[&Side], to: &Side, n: u32) {
+fn bulk(senders: &[&UdpNode], to: &UdpNode, n: u32) {
     std::thread::scope(|s| {
         for (k, a) in senders.iter().enumerate() {
             let (src, dst, tun) = (a.ip, to.ip, a.tun.clone());
@@ -104,7 +65,7 @@ fn bulk(senders: &[&Side], to: &Side, n: u32) {
     });
 }
 
-fn handshake(a: &Side, b: &Side) {
+fn handshake(a: &UdpNode, b: &UdpNode) {
     a.tun.inject(udp_packet(a.ip, b.ip, 1, 2, b"ping"));
     let p = b.tun.recv(Duration::from_secs(5)).expect("handshake");
     assert_eq!(udp_payload(&p), b"ping");
@@ -116,8 +77,8 @@ fn pairs_open_mid_stream_both_sides_without_loss() {
     let pool = Some(1536 * vpn_device::pool::BUFFER_SIZE);
     let a = side(1, pool);
     let b = side(2, pool);
-    connect(&a, &b);
-    connect(&b, &a);
+    a.connect(&b);
+    b.connect(&a);
     handshake(&a, &b);
     let before = b.dev.started_readers();
     bulk(&[&a], &b, 4000);
@@ -131,7 +92,7 @@ fn pairs_open_mid_stream_both_sides_without_loss() {
     assert!(b.dev.started_readers() > before);
     // After a rebind (port change) traffic flows again and pairs redial.
     b.dev.ipc_set("listen_port=0\n").unwrap();
-    connect(&a, &b);
+    a.connect(&b);
     bulk(&[&a], &b, 4000);
     assert!(b.bind.stats().connected_dials > sb.connected_dials);
 }
@@ -141,13 +102,13 @@ fn pool_cap_refuses_extra_readers_and_traffic_keeps_flowing() {
     // Each reader may tie up two batches (its buffers and a batch being sorted): the two
     // shared readers of 128 need 512 buffers, two pair readers of 64 another 256.
     let b = side(10, Some(768 * vpn_device::pool::BUFFER_SIZE));
-    let senders: Vec<Side> = (11..15).map(|n| side(n, None)).collect();
+    let senders: Vec<UdpNode> = (11..15).map(|n| side(n, None)).collect();
     for a in &senders {
-        connect(a, &b);
-        connect(&b, a);
+        a.connect(&b);
+        b.connect(a);
         handshake(a, &b);
     }
-    let refs: Vec<&Side> = senders.iter().collect();
+    let refs: Vec<&UdpNode> = senders.iter().collect();
     bulk(&refs, &b, 3000);
     let st = b.bind.stats();
     assert!(

@@ -4,52 +4,17 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vpn_conn::StdNetBind;
-use vpn_device::{Device, Logger};
+use vpn_device::Options;
 use vpn_tests::*;
-use vpn_tun::memory::{MemoryTun, MemoryTunHandle};
-
-struct Side {
-    dev: Device,
-    tun: MemoryTunHandle,
-    bind: Arc<StdNetBind>,
-    key: vpn_proto::keys::PrivateKey,
-}
-
-fn side(n: u8) -> Side {
-    let (tun, h) = MemoryTun::new(&format!("lo{n}"), 1420, 128);
-    let bind = Arc::new(StdNetBind::new());
-    let dev = Device::new(Arc::new(tun), bind.clone(), Logger::new(format!("udp{n}")));
-    let key = private_key();
-    dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
-        .unwrap();
-    dev.up().unwrap();
-    Side {
-        dev,
-        tun: h,
-        bind,
-        key,
-    }
-}
-
-fn connect(a: &Side, b: &Side, b_ip: &str) {
-    a.dev
-        .ipc_set(&format!(
-            "public_key={}\nendpoint=127.0.0.1:{}\nallowed_ip={b_ip}/32\n",
-            b.key.public_key().to_hex(),
-            b.dev.listen_port()
-        ))
-        .unwrap();
-}
 
 #[test]
 fn ping_and_ordered_bulk_over_loopback_udp() {
-    let a = side(1);
-    let b = side(2);
-    connect(&a, &b, "100.64.0.2");
-    connect(&b, &a, "100.64.0.1");
+    let a = UdpNode::new(1, StdNetBind::new(), Options::default());
+    let b = UdpNode::new(2, StdNetBind::new(), Options::default());
+    a.connect(&b);
+    b.connect(&a);
     let (s, d) = (
         "100.64.0.1".parse::<IpAddr>().unwrap(),
         "100.64.0.2".parse::<IpAddr>().unwrap(),
