@@ -12,10 +12,12 @@
 //! The TCP endpoints are this test binary itself, re-run inside a namespace with
 //! `VPN_TEST_HELPER` set (see [`helper`]), so the test needs no netcat or python.
 
+mod common;
+use common::{run, sh, skip_reason};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const VPN: &str = env!("CARGO_BIN_EXE_vpn");
@@ -23,48 +25,6 @@ const SOCK_DIR: &str = "/var/run/wireguard";
 const HELPER_ENV: &str = "VPN_TEST_HELPER";
 /// Bytes per TCP transfer: enough for many full-size segments and several batches.
 const TRANSFER: usize = 4 << 20;
-
-fn skip_reason() -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not root".into());
-    }
-    if !Path::new("/dev/net/tun").exists() {
-        return Some("no /dev/net/tun".into());
-    }
-    for (tool, arg) in [("ip", "-V"), ("ping", "-V"), ("wg", "--version")] {
-        let ok = Command::new(tool)
-            .arg(arg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !ok {
-            return Some(format!("`{tool}` not installed"));
-        }
-    }
-    None
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-/// Runs a command; panics with its output unless it succeeds; returns stdout.
-fn sh(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -365,7 +325,7 @@ fn daemons_configured_by_wg_carry_traffic_and_stop_cleanly() {
         helper(&mode);
         return;
     }
-    if let Some(why) = skip_reason() {
+    if let Some(why) = skip_reason(&["ip", "ping", "wg"]) {
         println!("skipping: {why}");
         return;
     }
@@ -578,7 +538,7 @@ fn daemons_configured_by_wg_carry_traffic_and_stop_cleanly() {
 
 #[test]
 fn foreground_daemon_stops_on_sigterm() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = skip_reason(&["ip", "ping", "wg"]) {
         println!("skipping: {why}");
         return;
     }

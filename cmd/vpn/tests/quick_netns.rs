@@ -5,51 +5,17 @@
 //! checking anything. Set `VPN_DAEMON` to test against another daemon (e.g. wireguard-go).
 //! Namespaces, leftover processes and files are removed by a guard, also on panic.
 
+mod common;
+use common::{sh, skip_reason};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use vpn_config::PrivateKey;
 
 const VPN: &str = env!("CARGO_BIN_EXE_vpn");
-
-fn skip_reason() -> Option<String> {
-    // `id -u` rather than geteuid(): keeps the test free of unsafe code.
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not root".into());
-    }
-    if !Path::new("/dev/net/tun").exists() {
-        return Some("no /dev/net/tun".into());
-    }
-    for tool in ["ip", "ping"] {
-        let found = Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !found {
-            return Some(format!("`{tool}` not installed"));
-        }
-    }
-    None
-}
-
-/// Runs a command; panics with its output if it fails.
-fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{:?} failed: {}{}",
-        args,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Everything the test creates, torn down in `drop`.
 struct Lab {
@@ -160,7 +126,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn up_ping_down_between_namespaces() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = skip_reason(&["ip", "ping"]) {
         eprintln!("skipping quick_netns: {why}");
         return;
     }

@@ -4,36 +4,13 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+use common::skip_reason;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const VPN: &str = env!("CARGO_BIN_EXE_vpn");
-
-fn skip_reason() -> Option<String> {
-    // Root: real uid 0 in /proc/self/status (no libc call needed).
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid0 = status
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-    if !uid0 {
-        return Some("needs root".into());
-    }
-    if !Path::new("/dev/net/tun").exists() {
-        return Some("no /dev/net/tun".into());
-    }
-    for tool in ["ip", "wg", "wg-quick", "iperf3"] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| !o.status.success())
-            .unwrap_or(true)
-        {
-            return Some(format!("{tool} not installed"));
-        }
-    }
-    None
-}
 
 fn run(args: &[&str]) -> Output {
     let out = Command::new(args[0])
@@ -118,7 +95,7 @@ fn stat(show: &str, line: &str, what: &str) -> f64 {
 
 #[test]
 fn wg_quick_runs_our_daemon_and_offloads_are_active() {
-    if let Some(why) = skip_reason() {
+    if let Some(why) = skip_reason(&["ip", "wg", "wg-quick", "iperf3"]) {
         eprintln!("skipped: {why}");
         return;
     }
