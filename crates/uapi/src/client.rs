@@ -150,8 +150,8 @@ fn parse_reply(raw: &[u8]) -> io::Result<Response> {
 mod tests {
     use super::*;
     use std::io::BufRead;
-    use std::path::PathBuf;
     use std::os::unix::net::UnixListener;
+    use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::thread;
 
