@@ -4,21 +4,24 @@
 # iperf3 client) is pinned to CPU 0, side B (daemon and iperf3 server) to CPU 1.
 #
 # Per implementation and run: iperf3 TCP 1 stream and 4 streams, iperf3 UDP with 64-byte
-# payloads at unlimited rate (datagrams delivered per second and loss), ping RTT, and the CPU
-# time of both daemons per GB carried (utime+stime from /proc/<pid>/stat around the TCP 1-stream
-# run). Medians of RUNS runs (default 3) with min..max go into docs/performance.md, section
+# payloads at unlimited rate (datagrams delivered per second and loss), and the CPU time of both
+# daemons per GB carried (utime+stime from /proc/<pid>/stat around the TCP 1-stream run); then
+# ping RTT with all tunnels up at once, in alternating bursts. Runs are interleaved across
+# implementations. Medians of RUNS runs (default 3) with min..max go into docs/performance.md, section
 # "## Tunnel benchmark (netns)" (replaced, the rest of the file untouched), with an SVG chart
 # docs/tunnel-benchmark.svg and the same-run ratios.
 #
 # Usage (root): netns-tests/bench.sh [path/to/release/vpn]
-#   RUNS=3 SECS=4 (seconds per iperf3 run) MAX_LOAD=1 LOAD_WAIT=300 (seconds to wait for a quiet
-#   machine) DOC=docs/performance.md IMPLS="veth vpn wggo boringtun"
+#   RUNS=3 SECS=4 (seconds per iperf3 run) RTT_ROUNDS=10 RTT_PINGS=20 RTT_INTERVAL=0.05
+#   MAX_LOAD=1 LOAD_WAIT=300 (seconds to wait for a quiet machine) DOC=docs/performance.md
+#   IMPLS="veth vpn wggo boringtun"
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 VPN="$(realpath "${1:-$ROOT/target/release/vpn}")"
-RUNS="${RUNS:-3}"; SECS="${SECS:-4}"; MAX_LOAD="${MAX_LOAD:-1}"; LOAD_WAIT="${LOAD_WAIT:-300}"
+RUNS="${RUNS:-3}"; SECS="${SECS:-4}"; RTT_ROUNDS="${RTT_ROUNDS:-10}"; RTT_PINGS="${RTT_PINGS:-20}"
+RTT_INTERVAL="${RTT_INTERVAL:-0.05}"; MAX_LOAD="${MAX_LOAD:-1}"; LOAD_WAIT="${LOAD_WAIT:-300}"
 DOC="${DOC:-$ROOT/docs/performance.md}"; SVG="$(dirname "$DOC")/tunnel-benchmark.svg"
 IMPLS="${IMPLS:-veth vpn wggo boringtun}"
 # Analysis written by hand after a run (profile, targets): appended to the section.
@@ -46,55 +49,6 @@ echo "== load average at start: $LOAD_START"
 label() { case "$1" in veth) echo "plain veth" ;; vpn) echo "vpn" ;; wggo) echo "wireguard-go" ;; boringtun) echo "boringtun-cli" ;; esac; }
 record() { echo "$1 $2 $3" >>"$RES"; }   # impl metric value
 
-# The flattened iperf3 JSON's "end" object.
-json_end() { tr -d ' \t\n' | grep -o '"end":{.*'; }
-num() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
-
-bench_impl() {
-    local impl="$1" dst run j end bps bytes t0 t1
-    make_pair "bn"
-    if [ "$impl" = veth ]; then
-        dst=198.18.0.2; PIDA=""; PIDB=""
-    else
-        CPU_A=0 CPU_B=1 tunnel "$impl" "$impl" 4
-        dst=100.64.0.2
-        n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 "$dst" >/dev/null || { echo "$impl: tunnel did not come up" >&2; return 1; }
-    fi
-    timeout 600 ip netns exec "$(ns "$B")" taskset -c 1 iperf3 -s >/dev/null 2>&1 &
-    track_pid $!
-    wait_for "n $B ss -ltn | grep -q ':5201 '" 5
-    cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$dst" -t "$SECS" "$@"; }
-    for run in $(seq "$RUNS"); do
-        t0=0; [ -n "$PIDA" ] && t0=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
-        j="$(cli)"; end="$(echo "$j" | json_end)"
-        t1=0; [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
-        bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
-        bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
-        record "$impl" tcp1 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
-        [ -n "$PIDA" ] && record "$impl" cpugb "$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.3f", (t / hz) / (b / 1e9); else print "nan" }')"
-        j="$(cli -P 4)"; end="$(echo "$j" | json_end)"
-        bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
-        record "$impl" tcp4 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
-        j="$(cli -u -b 0 -l 64)"; end="$(echo "$j" | json_end)"
-        local s pk lost secs
-        s="$(echo "$end" | grep -o '"sum":{[^}]*' | head -1)"
-        pk="$(echo "$s" | num packets)"; lost="$(echo "$s" | num lost_packets)"; secs="$(echo "$s" | num seconds)"
-        record "$impl" udppps "$(awk -v p="${pk:-0}" -v l="${lost:-0}" -v s="${secs:-1}" 'BEGIN { printf "%.0f", (p - l) / s }')"
-        record "$impl" udploss "$(awk -v p="${pk:-0}" -v l="${lost:-0}" 'BEGIN { if (p > 0) printf "%.1f", 100 * l / p; else print "nan" }')"
-        local rtt
-        rtt="$(n "$A" timeout 20 ping -c 20 -i 0.05 -W 2 "$dst" | awk -F/ '/^rtt/ { print $5 }')"
-        record "$impl" rtt "${rtt:-nan}"
-        echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$([ "$impl" = veth ] && echo 5 || echo 6)" | awk '{ printf "%s=%s ", $2, $3 }')"
-    done
-    ns_del "$A" "$B"
-}
-
-for impl in $IMPLS; do
-    echo "== $(label "$impl")"
-    bench_impl "$impl" || echo "== $(label "$impl") failed"
-done
-LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
-
 # median, min, max of a metric: "med min max" (empty if no values).
 stat() {
     awk -v i="$1" -v m="$2" '$1 == i && $2 == m && $3 != "nan" { print $3 }' "$RES" | sort -g |
@@ -107,10 +61,97 @@ cell() {
     awk -v a="$med" -v b="$lo" -v c="$hi" -v f="$3" 'BEGIN { printf f " (" f ".." f ")", a, b, c }'
 }
 med() { stat "$1" "$2" | cut -d' ' -f1; }
+# median, 10th and 90th percentile and mean of a metric's samples: "med p10 p90 mean".
+pct() {
+    awk -v i="$1" -v m="$2" '$1 == i && $2 == m && $3 != "nan" { print $3 }' "$RES" | sort -g |
+        awk '{ v[NR] = $1; s += $1 } END { if (NR == 0) exit; printf "%.3f %.3f %.3f %.3f\n", v[int((NR + 1) / 2)], v[int(NR * 0.1) + 1], v[int(NR * 0.9) + (NR * 0.9 == int(NR * 0.9) ? 0 : 1)], s / NR }'
+}
+rtt_cell() {
+    local s; s="$(pct "$1" rtt)"
+    [ -n "$s" ] || { echo "–"; return; }
+    read -r m lo hi mean <<<"$s"
+    echo "$m ($lo..$hi; mean $mean)"
+}
 ratio() {
     local a b; a="$(med "$1" "$3")"; b="$(med "$2" "$3")"
     awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else print "n/a" }'
 }
+
+# The flattened iperf3 JSON's "end" object.
+json_end() { tr -d ' \t\n' | grep -o '"end":{.*'; }
+num() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+
+# Brings up the pair for one implementation ("veth": no tunnel) and sets DST, the address to
+# reach side B at. Namespaces are named after $1 so several pairs can be up at once.
+bench_pair() {
+    local impl="$1" name="$2"
+    make_pair "$name"
+    if [ "$impl" = veth ]; then
+        DST=198.18.0.2; PIDA=""; PIDB=""
+    else
+        CPU_A=0 CPU_B=1 tunnel "$impl" "$impl" 4
+        DST=100.64.0.2
+        n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 "$DST" >/dev/null || { echo "$impl: tunnel did not come up" >&2; return 1; }
+    fi
+}
+
+# One run of the throughput metrics for one implementation, on a pair of its own.
+bench_run() {
+    local impl="$1" run="$2" j end bps bytes t0 t1
+    bench_pair "$impl" "b$run${impl:0:2}" || { ns_del "$A" "$B"; return 1; }
+    timeout 600 ip netns exec "$(ns "$B")" taskset -c 1 iperf3 -s >/dev/null 2>&1 &
+    track_pid $!
+    wait_for "n $B ss -ltn | grep -q ':5201 '" 5
+    cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$DST" -t "$SECS" "$@"; }
+    t0=0; [ -n "$PIDA" ] && t0=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
+    j="$(cli)"; end="$(echo "$j" | json_end)"
+    t1=0; [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
+    bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+    bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
+    record "$impl" tcp1 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
+    [ -n "$PIDA" ] && record "$impl" cpugb "$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.3f", (t / hz) / (b / 1e9); else print "nan" }')"
+    j="$(cli -P 4)"; end="$(echo "$j" | json_end)"
+    bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+    record "$impl" tcp4 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
+    j="$(cli -u -b 0 -l 64)"; end="$(echo "$j" | json_end)"
+    local s pk lost secs
+    s="$(echo "$end" | grep -o '"sum":{[^}]*' | head -1)"
+    pk="$(echo "$s" | num packets)"; lost="$(echo "$s" | num lost_packets)"; secs="$(echo "$s" | num seconds)"
+    record "$impl" udppps "$(awk -v p="${pk:-0}" -v l="${lost:-0}" -v s="${secs:-1}" 'BEGIN { printf "%.0f", (p - l) / s }')"
+    record "$impl" udploss "$(awk -v p="${pk:-0}" -v l="${lost:-0}" 'BEGIN { if (p > 0) printf "%.1f", 100 * l / p; else print "nan" }')"
+    echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$([ "$impl" = veth ] && echo 4 || echo 5)" | awk '{ printf "%s=%s ", $2, $3 }')"
+    ns_del "$A" "$B"
+}
+
+# Runs are interleaved (run 1 of every implementation, then run 2, ...) so that a change in
+# the machine's speed during the benchmark touches every implementation alike.
+for run in $(seq "$RUNS"); do
+    for impl in $IMPLS; do
+        echo "== $(label "$impl") run $run"
+        bench_run "$impl" "$run" || echo "== $(label "$impl") run $run failed"
+    done
+done
+
+# RTT: every implementation's tunnel up at once (all idle but the one being pinged), then
+# RTT_ROUNDS rounds of one burst of RTT_PINGS pings per implementation, ping pinned with side A.
+# Single pings on this VM vary far more between minutes than between implementations, so the
+# bursts alternate and each implementation's figure pools its pings from across the whole phase.
+declare -A RTT_NS RTT_DST
+k=0
+for impl in $IMPLS; do
+    k=$((k + 1))
+    if bench_pair "$impl" "r$k"; then RTT_NS[$impl]="$A"; RTT_DST[$impl]="$DST"; fi
+done
+echo "== RTT: $RTT_ROUNDS rounds of $RTT_PINGS pings at ${RTT_INTERVAL}s per implementation, interleaved"
+for round in $(seq "$RTT_ROUNDS"); do
+    for impl in $IMPLS; do
+        [ -n "${RTT_NS[$impl]:-}" ] || continue
+        n "${RTT_NS[$impl]}" taskset -c 0 timeout 30 ping -c "$RTT_PINGS" -i "$RTT_INTERVAL" -W 2 "${RTT_DST[$impl]}" |
+            grep -o 'time=[0-9.]*' | cut -d= -f2 | while read -r t; do record "$impl" rtt "$t"; done
+    done
+done
+for impl in $IMPLS; do echo "   $(label "$impl") RTT median/p10/p90/mean: $(pct "$impl" rtt) ms"; done
+LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The SVG chart: TCP 1 and 4 streams (Gbit/s, medians) per implementation.
 chart() {
@@ -151,7 +192,9 @@ section() {
     echo "ceiling (no tunnel). Medians of $RUNS runs, min..max in brackets; ${SECS} s per iperf3 run."
     echo "CPU-s/GB: utime+stime of both daemons during the TCP 1-stream run per 10⁹ bytes received."
     echo "UDP: iperf3 \`-u -b 0 -l 64\` (64-byte payloads, unlimited rate), datagrams delivered per second."
-    echo "RTT: ping -c 20 -i 0.05 on the otherwise idle tunnel."
+    echo "RTT: every implementation's tunnel up at once, $RTT_ROUNDS rounds of \`ping -c $RTT_PINGS -i $RTT_INTERVAL\` per"
+    echo "implementation, interleaved, ping pinned to CPU 0 with side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings"
+    echo "with the 10th..90th percentile and the mean in brackets."
     echo
     echo "Run $(date -u "+%Y-%m-%d %H:%M UTC"), vpn binary ${VPN#"$ROOT"/}, kernel $(uname -r), load average at start"
     echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."
@@ -161,7 +204,7 @@ section() {
     echo "|---|---:|---:|---:|---:|---:|---:|"
     for impl in $IMPLS; do
         local pps; pps="$(stat "$impl" udppps | awk '{ printf "%.0f (%.0f..%.0f)", $1 / 1000, $2 / 1000, $3 / 1000 }')"
-        echo "| $(label "$impl") | $(cell "$impl" tcp1 %.2f) | $(cell "$impl" tcp4 %.2f) | ${pps:-–} | $(cell "$impl" udploss %.1f) | $(cell "$impl" rtt %.3f) | $(cell "$impl" cpugb %.2f) |"
+        echo "| $(label "$impl") | $(cell "$impl" tcp1 %.2f) | $(cell "$impl" tcp4 %.2f) | ${pps:-–} | $(cell "$impl" udploss %.1f) | $(rtt_cell "$impl") | $(cell "$impl" cpugb %.2f) |"
     done
     echo
     echo "![TCP throughput per implementation](tunnel-benchmark.svg)"
@@ -171,7 +214,8 @@ section() {
     echo "  vpn reaches $(ratio vpn veth tcp1) of plain veth."
     echo "- TCP 4 streams: vpn/boringtun-cli $(ratio vpn boringtun tcp4), vpn/wireguard-go $(ratio vpn wggo tcp4)."
     echo "- CPU-s/GB: vpn/boringtun-cli $(ratio vpn boringtun cpugb), vpn/wireguard-go $(ratio vpn wggo cpugb) (target ≤ 0.3× boringtun-cli)."
-    echo "- RTT: vpn $(med vpn rtt) ms, boringtun-cli $(med boringtun rtt) ms, wireguard-go $(med wggo rtt) ms (target: vpn ≤ boringtun-cli)."
+    echo "- RTT (median; mean): vpn $(pct vpn rtt | awk '{ print $1 "; " $4 }') ms, boringtun-cli $(pct boringtun rtt | awk '{ print $1 "; " $4 }') ms,"
+    echo "  wireguard-go $(pct wggo rtt | awk '{ print $1 "; " $4 }') ms; vpn/boringtun-cli $(pct vpn rtt | awk -v b="$(pct boringtun rtt | cut -d' ' -f1)" '{ if (b > 0) printf "%.2f×", $1 / b; else print "n/a" }') (target ≤ 1)."
     echo "- UDP 64 B delivered: vpn/boringtun-cli $(ratio vpn boringtun udppps), vpn/wireguard-go $(ratio vpn wggo udppps)."
     if [ -n "${BENCH_NOTES:-}" ] && [ -f "$BENCH_NOTES" ]; then echo; cat "$BENCH_NOTES"; fi
 }

@@ -2,10 +2,14 @@
 //!
 //! Every packet lives in a buffer of [`BUFFER_SIZE`] bytes from a pool: large enough for the
 //! biggest datagram plus headroom, so that decryption, encryption and TUN GRO coalescing all work
-//! in place. Buffers are taken and returned with lock-free queue operations; a pool may be
-//! capped, and a taker then waits (it never allocates around the cap) until buffers come back.
+//! in place. A pool may be capped, and a taker then waits (it never allocates around the cap)
+//! until buffers come back.
+//!
+//! The free list is a stack: the buffer taken next is the one returned last, still in cache and
+//! in the TLB. A FIFO queue hands out the least recently used buffer instead, so on a quiet
+//! tunnel every packet touched cold memory (see `docs/design-notes.md`, "Buffer pool order").
 
-use crossbeam_queue::ArrayQueue;
+use crate::batch::Elem;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -21,11 +25,19 @@ pub const BUFFER_SIZE: usize = HEADROOM + MAX_MESSAGE_SIZE + 64;
 /// Spare buffers an unbounded pool keeps.
 const UNBOUNDED_FREE: usize = 4096;
 
+/// Spare packet lists (`Elems` vectors) a pool keeps for reuse.
+const SPARE_ELEM_LISTS: usize = 64;
+
 /// A pool of packet buffers with an optional cap on how many exist at once.
 pub struct BufferPool {
-    /// Free buffers. Fixed capacity, so taking and returning never allocates; an unbounded pool
-    /// keeps at most `UNBOUNDED_FREE` spare buffers and frees the rest.
-    free: ArrayQueue<Box<[u8]>>,
+    /// Free buffers, most recently returned last. Capacity reserved up front, so taking and
+    /// returning never allocates; an unbounded pool keeps at most `UNBOUNDED_FREE` spare buffers
+    /// and frees the rest. The lock is held for one push or pop.
+    free: Mutex<Vec<Box<[u8]>>>,
+    /// `free`'s fixed capacity.
+    keep: usize,
+    /// Emptied packet lists of this pool's batches, for the next batches.
+    elem_lists: Mutex<Vec<Vec<Elem>>>,
     /// Buffers handed out and not yet returned.
     outstanding: AtomicUsize,
     /// Cap on `outstanding` (0: none).
@@ -39,8 +51,11 @@ pub struct BufferPool {
 impl BufferPool {
     /// A pool holding at most `max` buffers at once (0: unbounded).
     pub fn new(max: usize) -> Arc<BufferPool> {
+        let keep = if max == 0 { UNBOUNDED_FREE } else { max };
         Arc::new(BufferPool {
-            free: ArrayQueue::new(if max == 0 { UNBOUNDED_FREE } else { max }),
+            free: Mutex::new(Vec::with_capacity(keep)),
+            keep,
+            elem_lists: Mutex::new(Vec::with_capacity(SPARE_ELEM_LISTS)),
             outstanding: AtomicUsize::new(0),
             max,
             waiters: AtomicUsize::new(0),
@@ -87,15 +102,19 @@ impl BufferPool {
         } else {
             self.outstanding.fetch_add(1, Ordering::AcqRel);
         }
-        self.free
-            .pop()
-            .unwrap_or_else(|| vec![0u8; BUFFER_SIZE].into_boxed_slice())
+        let spare = self.free.lock().pop();
+        spare.unwrap_or_else(|| vec![0u8; BUFFER_SIZE].into_boxed_slice())
     }
 
     /// Returns a buffer.
     pub fn put(&self, buf: Box<[u8]>) {
-        // Full only for an unbounded pool with more spares than it keeps: free this one.
-        let _ = self.free.push(buf);
+        {
+            let mut free = self.free.lock();
+            // Full only for an unbounded pool with more spares than it keeps: free this one.
+            if free.len() < self.keep {
+                free.push(buf);
+            }
+        }
         let out = self
             .outstanding
             .fetch_sub(1, Ordering::AcqRel)
@@ -107,6 +126,23 @@ impl BufferPool {
         {
             let _g = self.lock.lock();
             self.cond.notify_all();
+        }
+    }
+
+    /// An empty packet list, reused if one is spare.
+    pub(crate) fn spare_elems(&self) -> Vec<Elem> {
+        self.elem_lists.lock().pop().unwrap_or_default()
+    }
+
+    /// Keeps an emptied packet list for reuse (or frees it if enough are spare).
+    pub(crate) fn keep_elems(&self, v: Vec<Elem>) {
+        debug_assert!(v.is_empty());
+        if v.capacity() == 0 {
+            return;
+        }
+        let mut lists = self.elem_lists.lock();
+        if lists.len() < SPARE_ELEM_LISTS {
+            lists.push(v);
         }
     }
 

@@ -1,7 +1,7 @@
 //! The inbound path: socket readers → classify → open (workers) → in order: replay check, key
 //! confirmation, roaming, inner-source check, TUN write (§2.4).
 
-use crate::batch::{Container, Elem, Elems};
+use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::device::HandshakeJob;
 use crate::keypair::DevKeypair;
 use crate::peer::Peer;
@@ -40,6 +40,8 @@ impl DeviceInner {
     pub(crate) fn receive_routine(self: &Arc<Self>, mut recv: ReceiveFunc, batch: usize) {
         let batch = batch.max(1);
         let mut bufs: Vec<Box<[u8]>> = (0..batch).map(|_| self.in_pool.get()).collect();
+        // The per-call view of `bufs`, its allocation reused (see `recycle_slices`).
+        let mut spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
         let mut sizes = vec![0usize; batch];
         let mut eps = vec![Endpoint::default(); batch];
         let mut groups: Vec<Group> = Vec::new();
@@ -47,10 +49,10 @@ impl DeviceInner {
         let mut acts: Vec<Act> = Vec::with_capacity(batch);
         let mut errors = 0;
         loop {
-            let res = {
-                let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-                recv(&mut slices, &mut sizes, &mut eps)
-            };
+            let mut slices = recycle_slices(std::mem::take(&mut spare));
+            slices.extend(bufs.iter_mut().map(|b| &mut b[..]));
+            let res = recv(&mut slices, &mut sizes, &mut eps);
+            spare = recycle_slices(slices);
             let n = match res {
                 Ok(n) => {
                     errors = 0;

@@ -1,6 +1,6 @@
 //! The outbound path: TUN reader → route → stage → seal (workers) → send in order (§2.4).
 
-use crate::batch::{Container, Elem, Elems};
+use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
 use crate::pool::HEADROOM;
@@ -15,6 +15,8 @@ impl DeviceInner {
     pub(crate) fn tun_reader(self: &Arc<Self>) {
         let batch = self.batch_size;
         let mut bufs: Vec<Box<[u8]>> = (0..batch).map(|_| self.out_pool.get()).collect();
+        // The per-call view of `bufs`, its allocation reused (see `recycle_slices`).
+        let mut spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
         let mut sizes = vec![0usize; batch];
         // Per-batch grouping: (peer, its packets). A handful of peers per batch: a linear scan
         // beats hashing.
@@ -22,10 +24,10 @@ impl DeviceInner {
         // Per packet of the batch: the group it goes to.
         let mut route: Vec<Option<usize>> = Vec::with_capacity(batch);
         loop {
-            let res = {
-                let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-                self.tun.read(&mut slices, &mut sizes, HEADROOM)
-            };
+            let mut slices = recycle_slices(std::mem::take(&mut spare));
+            slices.extend(bufs.iter_mut().map(|b| &mut b[..]));
+            let res = self.tun.read(&mut slices, &mut sizes, HEADROOM);
+            spare = recycle_slices(slices);
             let n = match res {
                 Ok(n) => n,
                 Err(e) if vpn_tun::is_too_many_segments(&e) => {

@@ -10,6 +10,12 @@
 //! costs nothing (the read succeeds without a poll); idle it costs no wake-ups (no timeout);
 //! and, unlike closing the fd, it cannot race with fd-number reuse. The fd itself is closed on
 //! drop.
+//!
+//! Batching on read: a read that had to wait returns the packet at once (the idle path is the
+//! latency path); a read that found packets queued reads ahead, non-blocking, until the batch is
+//! full or the queue is empty, so a flood of small packets costs one pipeline pass (and one
+//! `sendmmsg`) per batch instead of per packet. A frame read ahead that does not fit the batch
+//! stays in the scratch for the next call.
 
 mod events;
 mod sys;
@@ -25,11 +31,11 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::offload::split::split_frame;
+use crate::offload::split::{frame_packets, split_frame};
 use crate::offload::{GroTable, MAX_PACKET, VIRTIO_NET_HDR_LEN};
 use crate::{too_many_segments, Device, Event};
 
-/// Packets per read/write with offloads (wireguard-go's `idealBatchSize`).
+/// Packets per read/write (wireguard-go's `idealBatchSize`).
 const OFFLOAD_BATCH: usize = 128;
 /// wireguard-go's event channel capacity.
 const EVENT_CAPACITY: usize = 5;
@@ -64,6 +70,14 @@ struct Counters {
     gro_coalesced: AtomicU64,
 }
 
+/// The reader's scratch: one frame (virtio header + up to 64 KiB).
+struct ReadState {
+    frame: Vec<u8>,
+    /// Length of a frame read ahead into `frame` that the last batch had no room for (0: none);
+    /// the next read starts with it.
+    pending: usize,
+}
+
 /// A Linux TUN interface (layer 3, no packet info), with virtio-net offloads when available.
 pub struct LinuxTun {
     fd: OwnedFd,
@@ -76,8 +90,8 @@ pub struct LinuxTun {
     /// Signalled once by `close`; stays readable so every poller wakes.
     wake: Arc<OwnedFd>,
     closed: AtomicBool,
-    /// The frame scratch (virtio header + up to 64 KiB); also serializes readers.
-    read_frame: Mutex<Vec<u8>>,
+    /// The frame scratch and a frame read ahead that did not fit; also serializes readers.
+    read_frame: Mutex<ReadState>,
     /// GRO tables, reused across writes; also serializes writers (as wireguard-go's writeOpMu).
     gro: Mutex<GroTable>,
     events: Receiver<Event>,
@@ -95,7 +109,7 @@ impl LinuxTun {
     }
 
     /// [`create`](Self::create), with `offload` false asking for a plain TUN (one packet per
-    /// call, no virtio-net header): for kernels or paths that mishandle the offloads, and for
+    /// `read(2)`, no virtio-net header): for kernels or paths that mishandle the offloads, and for
     /// comparisons.
     pub fn create_with_offload(name: &str, mtu: u32, offload: bool) -> io::Result<Self> {
         let mtu16 = u16::try_from(mtu)
@@ -115,7 +129,7 @@ impl LinuxTun {
         let dev = match build(offload) {
             Ok(d) => d,
             Err(e) if offload => {
-                tracing::info!("TUN offloads unavailable ({e}); one packet per call");
+                tracing::info!("TUN offloads unavailable ({e}); one packet per read(2)");
                 build(false)?
             }
             Err(e) => return Err(e),
@@ -166,10 +180,13 @@ impl LinuxTun {
             ctl,
             vnet,
             uso,
-            batch: if vnet { OFFLOAD_BATCH } else { 1 },
+            batch: OFFLOAD_BATCH,
             wake,
             closed: AtomicBool::new(false),
-            read_frame: Mutex::new(vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET]),
+            read_frame: Mutex::new(ReadState {
+                frame: vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET],
+                pending: 0,
+            }),
             gro: Mutex::new(GroTable::new()),
             events,
             stop_events: Mutex::new(Some(stop_tx)),
@@ -219,17 +236,35 @@ impl LinuxTun {
         Ok(())
     }
 
-    /// One `read(2)` that waits for data without blocking close.
-    fn read_once(&self, buf: &mut [u8]) -> io::Result<usize> {
+    /// One `read(2)` that waits for data without blocking close. Also says whether it had to
+    /// wait: a packet that found the reader idle is handed on at once (latency), while a reader
+    /// that finds packets already queued is busy and reads ahead to fill its batch (throughput).
+    fn read_once(&self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        let mut waited = false;
         loop {
             if self.is_closed() {
                 return Err(closed());
             }
             match sys::read(self.fd.as_raw_fd(), buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLIN)?,
+                Ok(n) => return Ok((n, waited)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLIN)?;
+                    waited = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(map_closed(e)),
+            }
+        }
+    }
+
+    /// One non-blocking `read(2)` for reading ahead: `None` when nothing is queued or on any
+    /// error (a lasting error shows again on the next blocking read).
+    fn try_read(&self, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            match sys::read(self.fd.as_raw_fd(), buf) {
+                Ok(n) => return Some(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
             }
         }
     }
@@ -252,15 +287,19 @@ impl LinuxTun {
         sizes: &mut [usize],
         offset: usize,
     ) -> io::Result<usize> {
-        let mut frame = self.read_frame.lock();
-        loop {
-            let n = self.read_once(&mut frame)?;
-            let split = split_frame(&mut frame[..n], bufs, sizes, offset)?;
+        let mut st = self.read_frame.lock();
+        let st = &mut *st;
+        let s = &self.stats;
+        let (mut total, waited) = loop {
+            let (n, waited) = match std::mem::take(&mut st.pending) {
+                0 => self.read_once(&mut st.frame)?,
+                n => (n, false),
+            };
+            let split = split_frame(&mut st.frame[..n], bufs, sizes, offset)?;
             if split.packets == 0 {
                 // A super-packet without payload: nothing to hand out.
                 continue;
             }
-            let s = &self.stats;
             s.reads.fetch_add(1, Relaxed);
             s.packets_read.fetch_add(split.packets as u64, Relaxed);
             if split.segmented {
@@ -270,8 +309,39 @@ impl LinuxTun {
                 s.too_many_segments.fetch_add(1, Relaxed);
                 return Err(too_many_segments());
             }
-            return Ok(split.packets);
+            break (split.packets, waited);
+        };
+        if waited {
+            return Ok(total);
         }
+        // Busy: read ahead while the next frame fits. One that does not (or is malformed) waits
+        // in the scratch for the next call, which splits it (or reports it) first.
+        while total < bufs.len() {
+            let Some(n) = self.try_read(&mut st.frame) else {
+                break;
+            };
+            match frame_packets(&st.frame[..n]) {
+                Ok(0) => continue,
+                Ok(k) if k <= bufs.len() - total => {}
+                _ => {
+                    st.pending = n;
+                    break;
+                }
+            }
+            let split = split_frame(
+                &mut st.frame[..n],
+                &mut bufs[total..],
+                &mut sizes[total..],
+                offset,
+            )?;
+            s.reads.fetch_add(1, Relaxed);
+            s.packets_read.fetch_add(split.packets as u64, Relaxed);
+            if split.segmented {
+                s.gso_splits.fetch_add(1, Relaxed);
+            }
+            total += split.packets;
+        }
+        Ok(total)
     }
 
     fn write_offload(
@@ -317,14 +387,27 @@ impl Device for LinuxTun {
         if self.vnet {
             return self.read_offload(bufs, sizes, offset);
         }
-        let buf = bufs[0]
-            .get_mut(offset..)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "offset past buffer"))?;
         let _one_reader = self.read_frame.lock();
-        sizes[0] = self.read_once(buf)?;
-        self.stats.reads.fetch_add(1, Relaxed);
-        self.stats.packets_read.fetch_add(1, Relaxed);
-        Ok(1)
+        let Some(buf) = bufs[0].get_mut(offset..) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "offset past buffer",
+            ));
+        };
+        let (n, waited) = self.read_once(buf)?;
+        sizes[0] = n;
+        let mut total = 1;
+        // Busy: read ahead straight into the next buffers (one packet per read, no scratch).
+        if !waited {
+            while let Some(buf) = bufs.get_mut(total).and_then(|b| b.get_mut(offset..)) {
+                let Some(n) = self.try_read(buf) else { break };
+                sizes[total] = n;
+                total += 1;
+            }
+        }
+        self.stats.reads.fetch_add(total as u64, Relaxed);
+        self.stats.packets_read.fetch_add(total as u64, Relaxed);
+        Ok(total)
     }
 
     fn write(&self, bufs: &mut [&mut [u8]], sizes: &[usize], offset: usize) -> io::Result<usize> {

@@ -104,10 +104,10 @@ fn create_mtu_and_offload_flags() {
         eprintln!("USO: {}", tun.uso_enabled());
         assert!(tun.set_mtu(70_000).is_err());
         drop(tun);
-        // Asked for no offloads: a plain TUN, one packet per call, that still carries traffic.
+        // Asked for no offloads: a plain TUN, one packet per read(2), that still carries traffic.
         let plain = LinuxTun::create_with_offload("vt3", 1420, false).expect("create plain");
         assert!(!plain.offload_enabled() && !plain.uso_enabled());
-        assert_eq!(plain.batch_size(), 1);
+        assert_eq!(plain.batch_size(), 128);
         udp_both_ways(&plain, "vt3", 3);
     });
 }
@@ -123,7 +123,7 @@ fn from_fd_with_and_without_virtio_header() {
             .unwrap();
         let tun = LinuxTun::from_fd(sys::into_owned_fd(plain), 1300).unwrap();
         assert!(!tun.offload_enabled() && !tun.uso_enabled());
-        assert_eq!((tun.batch_size(), tun.mtu().unwrap()), (1, 1300));
+        assert_eq!((tun.batch_size(), tun.mtu().unwrap()), (128, 1300));
         udp_both_ways(&tun, "vt1", 1);
 
         let vnet = tun_rs::DeviceBuilder::new()
@@ -181,6 +181,98 @@ fn udp_both_ways(tun: &LinuxTun, name: &str, net: u8) {
     assert_eq!(&got[..n], b"from a tun");
     assert_eq!(from.port(), 4000);
     assert_eq!(be16(&reply, 22), port);
+}
+
+/// A namespace thread's setup for the batching tests: no IPv6 (no router solicitations in the
+/// TUN queue), the TUN up at 100.64.`net`.1/24 and a socket sending datagrams into it.
+fn quiet_tun_and_sender(name: &str, net: u8, offload: bool) -> (LinuxTun, UdpSocket) {
+    let st = Command::new("sysctl")
+        .args(["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+        .args(["net.ipv6.conf.default.disable_ipv6=1"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let tun = LinuxTun::create_with_offload(name, 1420, offload).unwrap();
+    let local = Ipv4Addr::new(100, 64, net, 1);
+    ip(&["addr", "add", &format!("{local}/24"), "dev", name]);
+    ip(&["link", "set", name, "up"]);
+    let sock = UdpSocket::bind(SocketAddrV4::new(local, 0)).unwrap();
+    sock.connect((Ipv4Addr::new(100, 64, net, 2), 4000))
+        .unwrap();
+    (tun, sock)
+}
+
+/// The UDP payloads of what one `read` returned (IPv4, 20-byte header).
+fn read_payloads(tun: &LinuxTun) -> Vec<Vec<u8>> {
+    let mut storage = vec![vec![0u8; OFF + 65_536]; tun.batch_size()];
+    let mut sizes = vec![0usize; storage.len()];
+    let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+    let n = tun.read(&mut bufs, &mut sizes, OFF).unwrap();
+    (0..n)
+        .map(|i| bufs[i][OFF + 28..OFF + sizes[i]].to_vec())
+        .collect()
+}
+
+#[test]
+fn queued_packets_come_in_one_batch_and_an_idle_packet_at_once() {
+    require_root!();
+    for (net, offload) in [(5u8, true), (6, false)] {
+        Netns::new().run(|| {
+            let (tun, sock) = quiet_tun_and_sender("vt0", net, offload);
+            // Queued while nobody reads: one read hands all of them over, in order.
+            for i in 0..40u8 {
+                sock.send(&[i; 20]).unwrap();
+            }
+            let before = tun.stats();
+            let got = read_payloads(&tun);
+            let want: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 20]).collect();
+            assert_eq!(got, want, "offload {offload}");
+            let st = tun.stats();
+            assert_eq!(st.packets_read - before.packets_read, 40);
+
+            // Idle: the reader waits; the packet that wakes it is returned alone, at once.
+            std::thread::scope(|s| {
+                let reader = s.spawn(|| read_payloads(&tun));
+                std::thread::sleep(Duration::from_millis(100));
+                sock.send(b"wake").unwrap();
+                assert_eq!(reader.join().unwrap(), vec![b"wake".to_vec()]);
+            });
+        });
+    }
+}
+
+#[test]
+fn a_frame_read_ahead_that_does_not_fit_opens_the_next_batch() {
+    require_root!();
+    Netns::new().run(|| {
+        let (tun, sock) = quiet_tun_and_sender("vt0", 7, true);
+        if !tun.uso_enabled() {
+            eprintln!(
+                "skipped: no USO on this kernel (UDP super-packets are split before the TUN)"
+            );
+            return;
+        }
+        // Three UDP super-packets of 50 segments each: two fit a batch of 128, the third waits.
+        use std::os::fd::AsFd;
+        vpn_sys::sockopt::set_int(
+            sock.as_fd(),
+            libc::SOL_UDP,
+            vpn_sys::sockopt::UDP_SEGMENT,
+            100,
+        )
+        .unwrap();
+        for i in 0..3u8 {
+            sock.send(&[i; 5000]).unwrap();
+        }
+        let first = read_payloads(&tun);
+        assert_eq!(first.len(), 100);
+        assert!(first[..50].iter().all(|p| p == &[0u8; 100]));
+        assert!(first[50..].iter().all(|p| p == &[1u8; 100]));
+        let second = read_payloads(&tun);
+        assert_eq!(second.len(), 50);
+        assert!(second.iter().all(|p| p == &[2u8; 100]));
+        assert_eq!(tun.stats().gso_splits, 3);
+    });
 }
 
 #[test]

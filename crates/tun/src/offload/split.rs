@@ -28,46 +28,31 @@ pub struct Split {
     pub truncated: bool,
 }
 
-/// Splits `frame` (virtio header + packet, as read from the fd) into `bufs[i][offset..]`,
-/// setting `sizes[i]`. Malformed frames are errors, never panics.
-pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
-    frame: &mut [u8],
-    bufs: &mut [B],
-    sizes: &mut [usize],
-    offset: usize,
-) -> io::Result<Split> {
-    if bufs.is_empty() || sizes.len() < bufs.len() {
-        return Err(invalid("need at least one buffer and a size per buffer"));
-    }
+/// What a frame holds, from its virtio header and packet headers (nothing written yet).
+enum Layout {
+    /// One packet; `NEEDS_CSUM` asks for its checksum to be completed.
+    Single { needs_csum: bool },
+    /// A super-packet of `segments` segments.
+    Gso {
+        v6: bool,
+        tcp: bool,
+        hdr_len: usize,
+        segments: usize,
+    },
+}
+
+/// Parses and validates a frame's layout. Malformed frames are errors, never panics.
+fn layout(frame: &[u8]) -> io::Result<(VirtioHdr, Layout)> {
     let hdr =
         VirtioHdr::decode(frame).ok_or_else(|| invalid("frame shorter than virtio header"))?;
-    let pkt = &mut frame[VIRTIO_NET_HDR_LEN..];
+    let pkt = &frame[VIRTIO_NET_HDR_LEN..];
     if pkt.is_empty() {
         return Err(invalid("empty packet after virtio header"));
     }
-
     if hdr.gso_type == VIRTIO_NET_HDR_GSO_NONE {
-        if hdr.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-            complete_checksum(
-                pkt,
-                usize::from(hdr.csum_start),
-                usize::from(hdr.csum_offset),
-            )?;
-        }
-        let out = bufs[0]
-            .as_mut()
-            .get_mut(offset..)
-            .and_then(|b| b.get_mut(..pkt.len()))
-            .ok_or_else(|| invalid("packet larger than the read buffer"))?;
-        out.copy_from_slice(pkt);
-        sizes[0] = pkt.len();
-        return Ok(Split {
-            packets: 1,
-            segmented: false,
-            truncated: false,
-        });
+        let needs_csum = hdr.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0;
+        return Ok((hdr, Layout::Single { needs_csum }));
     }
-
     if hdr.gso_size == 0 {
         return Err(invalid("GSO frame with gso_size 0"));
     }
@@ -98,13 +83,74 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
     } else {
         csum_start + UDP_HEADER_LEN
     };
-    if pkt.len() < hdr_len {
+    if pkt.len() < hdr_len || u16::try_from(hdr_len).is_err() {
         return Err(invalid("GSO packet shorter than its headers"));
     }
-    let hdr_len16 = u16::try_from(hdr_len).map_err(|_| invalid("headers too long"))?;
+    let segments = (pkt.len() - hdr_len).div_ceil(usize::from(hdr.gso_size));
+    Ok((
+        hdr,
+        Layout::Gso {
+            v6,
+            tcp,
+            hdr_len,
+            segments,
+        },
+    ))
+}
 
+/// How many packets [`split_frame`] would make of `frame`, without touching it: lets a reader
+/// that batches several frames check that the next one fits before splitting it.
+pub fn frame_packets(frame: &[u8]) -> io::Result<usize> {
+    Ok(match layout(frame)?.1 {
+        Layout::Single { .. } => 1,
+        Layout::Gso { segments, .. } => segments,
+    })
+}
+
+/// Splits `frame` (virtio header + packet, as read from the fd) into `bufs[i][offset..]`,
+/// setting `sizes[i]`. Malformed frames are errors, never panics.
+pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
+    frame: &mut [u8],
+    bufs: &mut [B],
+    sizes: &mut [usize],
+    offset: usize,
+) -> io::Result<Split> {
+    if bufs.is_empty() || sizes.len() < bufs.len() {
+        return Err(invalid("need at least one buffer and a size per buffer"));
+    }
+    let (hdr, layout) = layout(frame)?;
+    let pkt = &mut frame[VIRTIO_NET_HDR_LEN..];
+    let (v6, tcp, hdr_len, segments) = match layout {
+        Layout::Single { needs_csum } => {
+            if needs_csum {
+                complete_checksum(
+                    pkt,
+                    usize::from(hdr.csum_start),
+                    usize::from(hdr.csum_offset),
+                )?;
+            }
+            let out = bufs[0]
+                .as_mut()
+                .get_mut(offset..)
+                .and_then(|b| b.get_mut(..pkt.len()))
+                .ok_or_else(|| invalid("packet larger than the read buffer"))?;
+            out.copy_from_slice(pkt);
+            sizes[0] = pkt.len();
+            return Ok(Split {
+                packets: 1,
+                segmented: false,
+                truncated: false,
+            });
+        }
+        Layout::Gso {
+            v6,
+            tcp,
+            hdr_len,
+            segments,
+        } => (v6, tcp, hdr_len, segments),
+    };
+    let csum_start = usize::from(hdr.csum_start);
     let gso = usize::from(hdr.gso_size);
-    let segments = (pkt.len() - hdr_len).div_ceil(gso);
     let mut len = pkt.len();
     let truncated = segments > bufs.len();
     if truncated {
@@ -117,7 +163,8 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
     let tun_hdr = tun_rs::VirtioNetHdr {
         flags: hdr.flags,
         gso_type: hdr.gso_type,
-        hdr_len: hdr_len16,
+        // layout() checked that it fits.
+        hdr_len: hdr_len as u16,
         gso_size: hdr.gso_size,
         csum_start: hdr.csum_start,
         csum_offset: hdr.csum_offset,
