@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::offload::split::{frame_packets, split_frame};
+use crate::offload::split::{finish_single_in_place, frame_packets, split_frame};
 use crate::offload::{GroTable, MAX_PACKET, VIRTIO_NET_HDR_LEN};
 use crate::{too_many_segments, Device, Event};
 
@@ -290,12 +290,71 @@ impl LinuxTun {
         let mut st = self.read_frame.lock();
         let st = &mut *st;
         let s = &self.stats;
-        let (mut total, waited) = loop {
-            let (n, waited) = match std::mem::take(&mut st.pending) {
-                0 => self.read_once(&mut st.frame)?,
-                n => (n, false),
+        let mut total = 0;
+        // Whether to read ahead: not after a read that had to wait (see the module docs).
+        let mut busy = true;
+        while total < bufs.len() {
+            let n = match std::mem::take(&mut st.pending) {
+                0 => {
+                    // Read straight into the packet's buffer when it can take any frame: a
+                    // plain packet then needs no copy. The scratch takes super-packets.
+                    let direct = offset
+                        .checked_sub(VIRTIO_NET_HDR_LEN)
+                        .filter(|_| bufs[total].len().saturating_sub(offset) >= MAX_PACKET);
+                    let target = match direct {
+                        Some(start) => &mut bufs[total][start..],
+                        None => &mut st.frame[..],
+                    };
+                    let n = if total == 0 {
+                        let (n, waited) = self.read_once(target)?;
+                        busy = !waited;
+                        n
+                    } else {
+                        match self.try_read(target) {
+                            Some(n) => n,
+                            None => break,
+                        }
+                    };
+                    if let Some(start) = direct {
+                        let frame = &mut bufs[total][start..start + n];
+                        match finish_single_in_place(frame) {
+                            Ok(Some(len)) => {
+                                sizes[total] = len;
+                                total += 1;
+                                s.reads.fetch_add(1, Relaxed);
+                                s.packets_read.fetch_add(1, Relaxed);
+                                if !busy {
+                                    break;
+                                }
+                                continue;
+                            }
+                            // A super-packet (split below) or a malformed frame (split_frame
+                            // reports it): from the scratch.
+                            Ok(None) | Err(_) => st.frame[..n].copy_from_slice(frame),
+                        }
+                    }
+                    n
+                }
+                n => n,
             };
-            let split = split_frame(&mut st.frame[..n], bufs, sizes, offset)?;
+            // A frame in the scratch. Read ahead, it must fit whole; one that does not (or is
+            // malformed) waits there for the next call, which splits (or reports) it first.
+            if total > 0 {
+                match frame_packets(&st.frame[..n]) {
+                    Ok(0) => continue,
+                    Ok(k) if k <= bufs.len() - total => {}
+                    _ => {
+                        st.pending = n;
+                        break;
+                    }
+                }
+            }
+            let split = split_frame(
+                &mut st.frame[..n],
+                &mut bufs[total..],
+                &mut sizes[total..],
+                offset,
+            )?;
             if split.packets == 0 {
                 // A super-packet without payload: nothing to hand out.
                 continue;
@@ -309,37 +368,10 @@ impl LinuxTun {
                 s.too_many_segments.fetch_add(1, Relaxed);
                 return Err(too_many_segments());
             }
-            break (split.packets, waited);
-        };
-        if waited {
-            return Ok(total);
-        }
-        // Busy: read ahead while the next frame fits. One that does not (or is malformed) waits
-        // in the scratch for the next call, which splits it (or reports it) first.
-        while total < bufs.len() {
-            let Some(n) = self.try_read(&mut st.frame) else {
-                break;
-            };
-            match frame_packets(&st.frame[..n]) {
-                Ok(0) => continue,
-                Ok(k) if k <= bufs.len() - total => {}
-                _ => {
-                    st.pending = n;
-                    break;
-                }
-            }
-            let split = split_frame(
-                &mut st.frame[..n],
-                &mut bufs[total..],
-                &mut sizes[total..],
-                offset,
-            )?;
-            s.reads.fetch_add(1, Relaxed);
-            s.packets_read.fetch_add(split.packets as u64, Relaxed);
-            if split.segmented {
-                s.gso_splits.fetch_add(1, Relaxed);
-            }
             total += split.packets;
+            if !busy {
+                break;
+            }
         }
         Ok(total)
     }
@@ -351,6 +383,20 @@ impl LinuxTun {
         offset: usize,
     ) -> io::Result<()> {
         let mut gro = self.gro.lock();
+        if let ([buf], [n]) = (&mut *bufs, sizes) {
+            // One packet has nothing to merge with: skip the GRO tables (on a quiet tunnel
+            // they are cold memory) and write it behind a zero virtio header (no GSO, checksum
+            // complete), as GRO does for any packet it leaves alone.
+            let frame = offset
+                .checked_sub(VIRTIO_NET_HDR_LEN)
+                .zip(offset.checked_add(*n))
+                .and_then(|(start, end)| buf.get_mut(start..end))
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "packet outside buffer")
+                })?;
+            frame[..VIRTIO_NET_HDR_LEN].fill(0);
+            return self.write_once(frame);
+        }
         gro.coalesce(bufs, sizes, offset, self.uso)?;
         let mut first_err = None;
         for &i in gro.to_write() {

@@ -18,6 +18,7 @@
 pub mod connected;
 mod listen;
 mod recv;
+mod segments;
 mod send;
 mod stats;
 #[cfg(test)]

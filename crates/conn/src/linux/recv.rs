@@ -2,12 +2,16 @@
 //!
 //! Without UDP GRO the kernel writes datagrams straight into the caller's buffers. With GRO a
 //! single read may return a super-datagram of up to 64 KiB made of equal-size segments (the
-//! last may be shorter), so reads go into a private scratch area of [`GRO_MSGS`] × 64 KiB and
-//! the segments are copied out, in order, one per caller buffer. Upstream copies the same way
-//! (out of the last caller slots); the scratch area additionally works with caller buffers of
-//! any size, and segments that do not fit the remaining caller buffers stay queued for the next
-//! call instead of being dropped. Only a datagram (or segment) larger than the caller's buffer
-//! is dropped and counted.
+//! last may be shorter). When the caller's buffers allow it (the device's do: a run of 64
+//! buffers per message, each able to take 64 KiB) a read goes straight into them too, one
+//! message per run, and only the second and later segments of a super-datagram are copied
+//! ([`super::segments`]); a lone datagram on a quiet tunnel is not copied at all. Otherwise
+//! reads go into a private scratch area of [`GRO_MSGS`] × 64 KiB and the segments are copied
+//! out, in order, one per caller buffer. Upstream copies the same way (out of the last caller
+//! slots); the scratch area additionally works with caller buffers of any size, and segments
+//! that do not fit the remaining caller buffers stay queued for the next call instead of being
+//! dropped. Only a datagram (or segment) larger than the caller's buffer is dropped and
+//! counted.
 //!
 //! With connected sockets on, each call also counts the bytes of WireGuard transport messages
 //! per (source, local destination) run and asks the set to dial that pair
@@ -21,13 +25,15 @@ use std::sync::Arc;
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
 use super::connected::ConnectedSockets;
+use super::segments::{split, Layout, GRO_SEGMENTS};
 use super::stats::Stats;
 use super::Family;
 use crate::{err_closed, Endpoint, StickySource, IDEAL_BATCH_SIZE};
 
 /// The largest UDP datagram (and GRO super-datagram) the kernel hands up.
 const MAX_DATAGRAM: usize = 65_535;
-/// Socket reads per call with GRO on: as upstream, one per 64 caller buffers, at least one.
+/// Socket reads per call with GRO on through the scratch area: as upstream, one per 64 caller
+/// buffers, at least one.
 const GRO_MSGS: usize = 2;
 
 fn endpoint(m: &RecvMeta) -> Option<Endpoint> {
@@ -266,6 +272,15 @@ impl Reader {
             return Ok(0);
         }
         let (bufs, sizes, eps) = (&mut bufs[..n], &mut sizes[..n], &mut eps[..n]);
+        // With GRO, read straight into the caller's buffers when they are laid out for it: a
+        // run of GRO_SEGMENTS buffers per message, the first able to take a whole
+        // super-datagram. Otherwise (small or few buffers) through the scratch area.
+        let direct = self.gro.is_some()
+            && n >= GRO_SEGMENTS
+            && bufs
+                .iter()
+                .step_by(GRO_SEGMENTS)
+                .all(|b| b.len() >= MAX_DATAGRAM);
         loop {
             if self.fam.is_closed() {
                 return Err(err_closed());
@@ -284,6 +299,13 @@ impl Reader {
                 return Err(err_closed());
             };
             let res = match self.gro.as_mut() {
+                Some(_) if direct => self.batch.recv_strided(
+                    sock.as_fd(),
+                    bufs,
+                    GRO_SEGMENTS,
+                    MAX_DATAGRAM,
+                    &mut self.meta,
+                ),
                 Some(gro) => gro.read(&mut self.batch, sock.as_fd(), n / 64, &mut self.meta),
                 None => self.batch.recv(sock.as_fd(), bufs, &mut self.meta),
             };
@@ -295,6 +317,26 @@ impl Reader {
                 Err(e) => return Err(e),
             };
             if got == 0 {
+                continue;
+            }
+            if direct {
+                let got = got.min(self.meta.len());
+                let meta = &mut self.meta[..got];
+                for m in meta.iter_mut().filter(|m| m.addr.is_none()) {
+                    m.len = 0; // no sender address: skipped, as on the other paths
+                }
+                let layout = Layout {
+                    stride: GRO_SEGMENTS,
+                    slot: MAX_DATAGRAM,
+                    gro: true,
+                };
+                let f = split(bufs, sizes, eps, meta, layout, |m| {
+                    endpoint(m).unwrap_or_default()
+                });
+                self.stats.recv(f.datagrams, f.gro, f.oversize);
+                if f.entries > 0 {
+                    return Ok(f.entries);
+                }
                 continue;
             }
             let meta = &self.meta[..got.min(self.meta.len())];

@@ -185,7 +185,9 @@ fn batch_of_128_each_way_without_offload() {
     round_trip_128(true, false);
 }
 
-fn gso_to_gro(v6: bool) {
+/// GSO send, GRO receive; `buf_len` 1500 reads through the scratch area, 65 535 (the
+/// device's buffers) straight into the caller's buffers.
+fn gso_to_gro(v6: bool, buf_len: usize) {
     let a = StdNetBind::new();
     let b = StdNetBind::new();
     let (_a4, _a6, _) = open(&a);
@@ -201,7 +203,7 @@ fn gso_to_gro(v6: bool) {
     let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
     a.send(&refs, &Endpoint::from(lo(v6, pb))).unwrap();
     assert!(a.stats().gso_messages >= 2, "{:?}", a.stats());
-    let (got, _, _) = collect(&b, fb, data.len(), 1500, 128);
+    let (got, _, _) = collect(&b, fb, data.len(), buf_len, 128);
     let got: Vec<Vec<u8>> = got.into_iter().map(|g| g.0).collect();
     assert_eq!(got, data);
     let s = b.stats();
@@ -214,12 +216,18 @@ fn gso_to_gro(v6: bool) {
 
 #[test]
 fn gso_send_and_gro_receive_v4() {
-    gso_to_gro(false);
+    gso_to_gro(false, 1500);
 }
 
 #[test]
 fn gso_send_and_gro_receive_v6() {
-    gso_to_gro(true);
+    gso_to_gro(true, 1500);
+}
+
+#[test]
+fn gso_send_and_gro_receive_straight_into_device_sized_buffers() {
+    gso_to_gro(false, 65_535);
+    gso_to_gro(true, 65_535);
 }
 
 #[test]

@@ -202,14 +202,21 @@ fn quiet_tun_and_sender(name: &str, net: u8, offload: bool) -> (LinuxTun, UdpSoc
     (tun, sock)
 }
 
-/// The UDP payloads of what one `read` returned (IPv4, 20-byte header).
+/// The UDP payloads of what one `read` returned (IPv4, 20-byte header), checksums checked.
 fn read_payloads(tun: &LinuxTun) -> Vec<Vec<u8>> {
     let mut storage = vec![vec![0u8; OFF + 65_536]; tun.batch_size()];
     let mut sizes = vec![0usize; storage.len()];
     let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
     let n = tun.read(&mut bufs, &mut sizes, OFF).unwrap();
     (0..n)
-        .map(|i| bufs[i][OFF + 28..OFF + sizes[i]].to_vec())
+        .map(|i| {
+            let pkt = &bufs[i][OFF..OFF + sizes[i]];
+            // Checksums complete (a partial one was finished on the way out of the TUN).
+            let mut fixed = pkt.to_vec();
+            fix_checksums(&mut fixed);
+            assert_eq!(fixed, pkt, "packet {i} of {n} has a wrong checksum");
+            pkt[28..].to_vec()
+        })
         .collect()
 }
 

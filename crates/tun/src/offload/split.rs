@@ -107,6 +107,27 @@ pub fn frame_packets(frame: &[u8]) -> io::Result<usize> {
     })
 }
 
+/// For a frame read straight into a packet buffer (virtio header just before the packet):
+/// completes a single packet in place and returns its length, or `None` for a super-packet,
+/// which has to be split out of a copy.
+pub fn finish_single_in_place(frame: &mut [u8]) -> io::Result<Option<usize>> {
+    let (hdr, layout) = layout(frame)?;
+    match layout {
+        Layout::Single { needs_csum } => {
+            let pkt = &mut frame[VIRTIO_NET_HDR_LEN..];
+            if needs_csum {
+                complete_checksum(
+                    pkt,
+                    usize::from(hdr.csum_start),
+                    usize::from(hdr.csum_offset),
+                )?;
+            }
+            Ok(Some(pkt.len()))
+        }
+        Layout::Gso { .. } => Ok(None),
+    }
+}
+
 /// Splits `frame` (virtio header + packet, as read from the fd) into `bufs[i][offset..]`,
 /// setting `sizes[i]`. Malformed frames are errors, never panics.
 pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(

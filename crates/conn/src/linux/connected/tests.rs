@@ -1,7 +1,8 @@
 //! Connected sockets against real sockets on loopback (reference-behaviour §4.10, Linux).
 
-use super::reader::{split, Layout, SLOT_TIERS};
+use super::reader::SLOT_TIERS;
 use super::*;
+use crate::linux::segments::{split, Layout};
 use crate::{is_err_closed, Endpoint};
 use socket2::{Domain, Protocol, Type};
 use std::net::UdpSocket;
