@@ -40,14 +40,15 @@ const OFFLOAD_BATCH: usize = 128;
 /// wireguard-go's event channel capacity.
 const EVENT_CAPACITY: usize = 5;
 
-/// Counters of a [`LinuxTun`], for statistics. Incremented once per call, never per packet.
+/// Counters of a [`LinuxTun`], for statistics. Incremented per frame (`read(2)`/`write(2)` of
+/// one packet or super-packet) or per call, never per segment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TunStats {
-    /// Successful `read` calls.
+    /// Frames read (`read(2)` calls that returned one packet or super-packet).
     pub reads: u64,
-    /// Packets those reads returned.
+    /// Packets those frames gave.
     pub packets_read: u64,
-    /// Reads that split a GSO super-packet.
+    /// Frames that were GSO super-packets (split).
     pub gso_splits: u64,
     /// Super-packets with more segments than buffers (segments dropped).
     pub too_many_segments: u64,
@@ -76,6 +77,9 @@ struct ReadState {
     /// Length of a frame read ahead into `frame` that the last batch had no room for (0: none);
     /// the next read starts with it.
     pending: usize,
+    /// The last frame was a super-packet: read the next one into `frame` rather than straight
+    /// into a packet buffer (it would only be copied to `frame` to be split).
+    last_gso: bool,
 }
 
 /// A Linux TUN interface (layer 3, no packet info), with virtio-net offloads when available.
@@ -138,8 +142,8 @@ impl LinuxTun {
     }
 
     /// Wraps an open TUN fd (an embedder's, e.g. Android's VpnService). With `IFF_VNET_HDR`
-    /// the TCP offloads are required and USO is tried; without it there is no offload and a
-    /// batch of 1. Sets the MTU unless `mtu` is 0.
+    /// the TCP offloads are required and USO is tried; without it there is no offload (one
+    /// packet per `read(2)`, batched by reading ahead). Sets the MTU unless `mtu` is 0.
     pub fn from_fd(fd: OwnedFd, mtu: u32) -> io::Result<Self> {
         let (name, flags) = sys::tun_get_iff(fd.as_fd())?;
         if flags & libc::IFF_TUN == 0 || flags & libc::IFF_TAP != 0 {
@@ -186,6 +190,7 @@ impl LinuxTun {
             read_frame: Mutex::new(ReadState {
                 frame: vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET],
                 pending: 0,
+                last_gso: false,
             }),
             gro: Mutex::new(GroTable::new()),
             events,
@@ -287,6 +292,9 @@ impl LinuxTun {
         sizes: &mut [usize],
         offset: usize,
     ) -> io::Result<usize> {
+        if self.is_closed() {
+            return Err(closed());
+        }
         let mut st = self.read_frame.lock();
         let st = &mut *st;
         let s = &self.stats;
@@ -297,14 +305,17 @@ impl LinuxTun {
             let n = match std::mem::take(&mut st.pending) {
                 0 => {
                     // Read straight into the packet's buffer when it can take any frame: a
-                    // plain packet then needs no copy. The scratch takes super-packets.
+                    // plain packet then needs no copy. Super-packets are split out of the
+                    // scratch, so after one (bulk TCP) the next frame goes there directly.
                     let direct = offset
                         .checked_sub(VIRTIO_NET_HDR_LEN)
+                        .filter(|_| !st.last_gso)
                         .filter(|_| bufs[total].len().saturating_sub(offset) >= MAX_PACKET);
                     let target = match direct {
                         Some(start) => &mut bufs[total][start..],
                         None => &mut st.frame[..],
                     };
+                    let room = target.len();
                     let n = if total == 0 {
                         let (n, waited) = self.read_once(target)?;
                         busy = !waited;
@@ -314,11 +325,13 @@ impl LinuxTun {
                             Some(n) => n,
                             None => break,
                         }
-                    };
+                    }
+                    .min(room);
                     if let Some(start) = direct {
                         let frame = &mut bufs[total][start..start + n];
                         match finish_single_in_place(frame) {
                             Ok(Some(len)) => {
+                                st.last_gso = false;
                                 sizes[total] = len;
                                 total += 1;
                                 s.reads.fetch_add(1, Relaxed);
@@ -349,12 +362,21 @@ impl LinuxTun {
                     }
                 }
             }
-            let split = split_frame(
+            let split = match split_frame(
                 &mut st.frame[..n],
                 &mut bufs[total..],
                 &mut sizes[total..],
                 offset,
-            )?;
+            ) {
+                Ok(split) => split,
+                // Not with packets in hand: they go out now, the error with the next call.
+                Err(_) if total > 0 => {
+                    st.pending = n;
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            st.last_gso = split.segmented;
             if split.packets == 0 {
                 // A super-packet without payload: nothing to hand out.
                 continue;

@@ -275,9 +275,11 @@ impl Reader {
         // With GRO, read straight into the caller's buffers when they are laid out for it: a
         // run of GRO_SEGMENTS buffers per message, the first able to take a whole
         // super-datagram. Otherwise (small or few buffers) through the scratch area.
+        // Only whole runs: a message placed in a shorter last run could lose segments.
+        let runs = n / GRO_SEGMENTS * GRO_SEGMENTS;
         let direct = self.gro.is_some()
-            && n >= GRO_SEGMENTS
-            && bufs
+            && runs > 0
+            && bufs[..runs]
                 .iter()
                 .step_by(GRO_SEGMENTS)
                 .all(|b| b.len() >= MAX_DATAGRAM);
@@ -301,7 +303,7 @@ impl Reader {
             let res = match self.gro.as_mut() {
                 Some(_) if direct => self.batch.recv_strided(
                     sock.as_fd(),
-                    bufs,
+                    &mut bufs[..runs],
                     GRO_SEGMENTS,
                     MAX_DATAGRAM,
                     &mut self.meta,
@@ -330,9 +332,8 @@ impl Reader {
                     slot: MAX_DATAGRAM,
                     gro: true,
                 };
-                let f = split(bufs, sizes, eps, meta, layout, |m| {
-                    endpoint(m).unwrap_or_default()
-                });
+                let (b, sz, ep) = (&mut bufs[..runs], &mut sizes[..runs], &mut eps[..runs]);
+                let f = split(b, sz, ep, meta, layout, |m| endpoint(m).unwrap_or_default());
                 self.stats.recv(f.datagrams, f.gro, f.oversize);
                 if f.entries > 0 {
                     return Ok(f.entries);
