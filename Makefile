@@ -6,7 +6,7 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-device
 FUZZ_SECONDS ?= 10
 
-.PHONY: help build demo test netns lint fmt check-darwin bench fuzz-smoke clean
+.PHONY: help build demo test netns lint fmt check-darwin bench fuzz-smoke netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"

@@ -56,28 +56,22 @@ PA="$(echo "$KA" | "$VPN" pubkey)"; PB="$(echo "$KB" | "$VPN" pubkey)"
 echo "A public key: $PA"; echo "B public key: $PB"
 
 umask 077
-cat >"$DIR/$WA.conf" <<CONF
+# conf <private key> <own tunnel host> <peer public key> <peer underlay address> <peer host>
+conf() {
+    cat <<CONF
 [Interface]
-PrivateKey = $KA
+PrivateKey = $1
 ListenPort = 51820
-Address = 100.64.0.1/24, fd00::1/64
+Address = 100.64.0.$2/24, fd00::$2/64
 
 [Peer]
-PublicKey = $PB
-Endpoint = 198.18.0.2:51820
-AllowedIPs = 100.64.0.2/32, fd00::2/128
+PublicKey = $3
+Endpoint = $4:51820
+AllowedIPs = 100.64.0.$5/32, fd00::$5/128
 CONF
-cat >"$DIR/$WB.conf" <<CONF
-[Interface]
-PrivateKey = $KB
-ListenPort = 51820
-Address = 100.64.0.2/24, fd00::2/64
-
-[Peer]
-PublicKey = $PA
-Endpoint = 198.18.0.1:51820
-AllowedIPs = 100.64.0.1/32, fd00::1/128
-CONF
+}
+conf "$KA" 1 "$PB" 198.18.0.2 2 >"$DIR/$WA.conf"
+conf "$KB" 2 "$PA" 198.18.0.1 1 >"$DIR/$WB.conf"
 step "config of A ($DIR/$WA.conf, keys elided)"
 sed 's/^\(PrivateKey = \).*/\1(secret)/' "$DIR/$WA.conf"
 

@@ -11,10 +11,10 @@ require_root_and_tools() {
         exit 0
     fi
     if ! need ip || ! need iperf3 || ! need ss || ! need ping || ! need python3; then
-        echo "== installing iproute2, iperf3, iputils-ping"
+        echo "== installing iproute2, iperf3, iputils-ping, python3"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-            iproute2 iperf3 iputils-ping >/dev/null
+            iproute2 iperf3 iputils-ping python3 >/dev/null
     fi
     if [ ! -x "$VPN" ]; then
         echo "skipped: $VPN not found (cargo build --release -p vpn-cli)"
@@ -24,9 +24,9 @@ require_root_and_tools() {
 
 A="vpn-cs-a-$$"; B="vpn-cs-b-$$"
 DIR="$(mktemp -d)"
-PEERS=0
 
 cleanup() {
+    local -  # `set +e` only for this function: test.sh calls it between steps
     set +e
     for ns in "$A" "$B"; do
         for pid in $(ip netns pids "$ns" 2>/dev/null); do kill "$pid" 2>/dev/null; done
@@ -44,7 +44,6 @@ trap cleanup EXIT INT TERM
 # topology N CONNECTED(0|1) — namespaces, keys, configs, daemons up.
 topology() {
     local n="$1" connected="$2" k
-    PEERS="$n"
     ip netns add "$A"; ip netns add "$B"
     ip link add vcsa netns "$A" type veth peer name vcsb netns "$B"
     ip -n "$A" addr add 198.18.0.1/24 dev vcsa; ip -n "$A" link set vcsa up; ip -n "$A" link set lo up
@@ -112,11 +111,6 @@ PY
 # uapi_stat NS IFACE KEY — one counter of the stats=1 reply.
 uapi_stat() {
     uapi "$1" "$2" 'stats=1\n\n' | sed -n "s/^$3=//p"
-}
-
-# wg_hex KEYFILE — the hex public key of a base64 private key file (UAPI speaks hex).
-wg_hex() {
-    "$VPN" pubkey <"$1" | python3 -c 'import base64,sys; print(base64.b64decode(sys.stdin.read().strip()).hex())'
 }
 
 # daemon_pid NS IFACE

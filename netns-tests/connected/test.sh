@@ -104,7 +104,8 @@ step "idle sockets close within two idle intervals"
 sleep $((2 * IDLE_MS / 1000 + 2))
 have=$(connected_sockets "$A" 51820)
 open_now=$(uapi_stat "$A" wgcsa bind.connected_open)
-check "no connected sockets left (ss: $have, bind.connected_open=$open_now)" [ "$have" -eq 0 ] && [ "$open_now" -eq 0 ]
+check "no connected sockets left (ss: $have, bind.connected_open=$open_now)" \
+    test "$have" -eq 0 -a "$open_now" -eq 0
 
 step "reading goes on while a peer restarts"
 ip netns exec "$B" iperf3 -c 100.64.1.1 -p 5201 -t 2 >/dev/null 2>&1

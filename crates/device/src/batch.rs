@@ -74,9 +74,7 @@ impl Elems {
 
 impl Drop for Elems {
     fn drop(&mut self) {
-        for e in self.v.drain(..) {
-            self.pool.put(e.buf);
-        }
+        self.pool.put_all(self.v.drain(..).map(|e| e.buf));
         self.pool.keep_elems(std::mem::take(&mut self.v));
     }
 }

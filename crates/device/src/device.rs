@@ -142,8 +142,6 @@ pub(crate) struct DeviceInner {
     pub(crate) stats: DeviceStats,
     pub(crate) broken_roaming: AtomicBool,
     workers: usize,
-    /// One worker: run crypto on the thread that produced the batch (see `submit`).
-    inline_crypto: bool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Receive threads of the current bind generation.
     readers: Mutex<Vec<JoinHandle<()>>>,
@@ -234,7 +232,6 @@ impl Device {
             stats: DeviceStats::default(),
             broken_roaming: AtomicBool::new(false),
             workers,
-            inline_crypto: workers == 1,
             threads: Mutex::new(Vec::new()),
             readers: Mutex::new(Vec::new()),
             accepting_readers: AtomicBool::new(false),
@@ -373,12 +370,17 @@ impl DeviceInner {
         self.state() == State::Closed
     }
 
+    /// One worker: crypto runs on the thread that produced the batch (see `submit`).
+    fn inline_crypto(&self) -> bool {
+        self.workers == 1
+    }
+
     /// Hands a batch to the crypto stage: to the worker threads, or — with a single worker —
     /// runs it on this thread. On one core a hand-off only adds two context switches per batch
     /// (the reader wakes the worker, the worker the next reader), and the ordered queues keep
     /// per-peer order either way.
     pub(crate) fn submit(&self, job: Job) {
-        if self.inline_crypto {
+        if self.inline_crypto() {
             match job {
                 Job::Encrypt(c) => self.encrypt_and_send(c),
                 Job::Decrypt(c) => self.decrypt_and_deliver(c),
@@ -391,7 +393,7 @@ impl DeviceInner {
 
     /// Crypto worker threads: none when batches are processed inline (one worker).
     fn crypto_threads(&self) -> usize {
-        if self.inline_crypto {
+        if self.inline_crypto() {
             0
         } else {
             self.workers

@@ -333,10 +333,12 @@ impl Peer {
             return;
         }
         {
+            // The buffer is taken before the lock: taking one may wait for the pool, and
+            // nobody may wait while holding a lock the pipeline needs to give buffers back.
+            let mut e = Elems::new(&dev.out_pool, 1);
+            e.v.push(Elem::new(dev.out_pool.get(), 0));
             let mut staged = self.staged.lock();
             if staged.is_empty() {
-                let mut e = Elems::new(&dev.out_pool, 1);
-                e.v.push(Elem::new(dev.out_pool.get(), 0));
                 staged.push_back(e);
             }
         }

@@ -34,8 +34,6 @@ pub struct BufferPool {
     /// returning never allocates; an unbounded pool keeps at most `UNBOUNDED_FREE` spare buffers
     /// and frees the rest. The lock is held for one push or pop.
     free: Mutex<Vec<Box<[u8]>>>,
-    /// `free`'s fixed capacity.
-    keep: usize,
     /// Emptied packet lists of this pool's batches, for the next batches.
     elem_lists: Mutex<Vec<Vec<Elem>>>,
     /// Buffers handed out and not yet returned.
@@ -51,10 +49,8 @@ pub struct BufferPool {
 impl BufferPool {
     /// A pool holding at most `max` buffers at once (0: unbounded).
     pub fn new(max: usize) -> Arc<BufferPool> {
-        let keep = if max == 0 { UNBOUNDED_FREE } else { max };
         Arc::new(BufferPool {
-            free: Mutex::new(Vec::with_capacity(keep)),
-            keep,
+            free: Mutex::new(Vec::with_capacity(Self::keep_for(max))),
             elem_lists: Mutex::new(Vec::with_capacity(SPARE_ELEM_LISTS)),
             outstanding: AtomicUsize::new(0),
             max,
@@ -108,17 +104,30 @@ impl BufferPool {
 
     /// Returns a buffer.
     pub fn put(&self, buf: Box<[u8]>) {
+        self.put_all(std::iter::once(buf));
+    }
+
+    /// Returns buffers (a batch's): one lock and one count update for all of them.
+    pub fn put_all(&self, bufs: impl Iterator<Item = Box<[u8]>>) {
+        let mut n = 0;
         {
             let mut free = self.free.lock();
-            // Full only for an unbounded pool with more spares than it keeps: free this one.
-            if free.len() < self.keep {
-                free.push(buf);
+            let keep = self.keep();
+            for buf in bufs {
+                n += 1;
+                // Full only for an unbounded pool with more spares than it keeps: free this one.
+                if free.len() < keep {
+                    free.push(buf);
+                }
             }
+        }
+        if n == 0 {
+            return;
         }
         let out = self
             .outstanding
-            .fetch_sub(1, Ordering::AcqRel)
-            .saturating_sub(1);
+            .fetch_sub(n, Ordering::AcqRel)
+            .saturating_sub(n);
         // Wake waiters only once a useful number of buffers is free: a reader refills a whole
         // batch, and waking it per returned buffer costs a context switch per packet.
         if self.waiters.load(Ordering::Acquire) > 0
@@ -126,6 +135,19 @@ impl BufferPool {
         {
             let _g = self.lock.lock();
             self.cond.notify_all();
+        }
+    }
+
+    /// Spare buffers kept at most: the cap, or `UNBOUNDED_FREE` for an unbounded pool.
+    fn keep(&self) -> usize {
+        Self::keep_for(self.max)
+    }
+
+    fn keep_for(max: usize) -> usize {
+        if max == 0 {
+            UNBOUNDED_FREE
+        } else {
+            max
         }
     }
 

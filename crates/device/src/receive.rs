@@ -5,7 +5,7 @@ use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::device::HandshakeJob;
 use crate::keypair::DevKeypair;
 use crate::peer::Peer;
-use crate::pool::HEADROOM;
+use crate::pool::{BufferPool, HEADROOM};
 use crate::DeviceInner;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -33,6 +33,21 @@ struct Group {
     peer: Arc<Peer>,
     keypairs: Vec<Arc<DevKeypair>>,
     elems: Elems,
+}
+
+impl Group {
+    fn new(
+        peer: Arc<Peer>,
+        keypairs: Vec<Arc<DevKeypair>>,
+        pool: &Arc<BufferPool>,
+        cap: usize,
+    ) -> Self {
+        Group {
+            peer,
+            keypairs,
+            elems: Elems::new(pool, cap),
+        }
+    }
 }
 
 impl DeviceInner {
@@ -106,14 +121,12 @@ impl DeviceInner {
                                             {
                                                 Some(g) => g,
                                                 None => {
-                                                    groups.push(Group {
+                                                    groups.push(Group::new(
                                                         peer,
-                                                        keypairs: Vec::with_capacity(2),
-                                                        elems: Elems::new(
-                                                            &self.in_pool,
-                                                            self.batch_size.min(batch),
-                                                        ),
-                                                    });
+                                                        Vec::with_capacity(2),
+                                                        &self.in_pool,
+                                                        self.batch_size.min(batch),
+                                                    ));
                                                     groups.len() - 1
                                                 }
                                             };
@@ -191,11 +204,12 @@ impl DeviceInner {
                         if g.elems.len() >= self.batch_size {
                             let full = std::mem::replace(
                                 g,
-                                Group {
-                                    peer: g.peer.clone(),
-                                    keypairs: g.keypairs.clone(),
-                                    elems: Elems::new(&self.in_pool, self.batch_size),
-                                },
+                                Group::new(
+                                    g.peer.clone(),
+                                    g.keypairs.clone(),
+                                    &self.in_pool,
+                                    self.batch_size,
+                                ),
                             );
                             self.submit_group(full);
                         }

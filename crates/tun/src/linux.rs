@@ -297,7 +297,8 @@ impl LinuxTun {
         }
         let mut st = self.read_frame.lock();
         let st = &mut *st;
-        let s = &self.stats;
+        // Counted once per call: frames read, super-packets among them.
+        let (mut frames, mut splits) = (0u64, 0u64);
         let mut total = 0;
         // Whether to read ahead: not after a read that had to wait (see the module docs).
         let mut busy = true;
@@ -311,8 +312,10 @@ impl LinuxTun {
                         .checked_sub(VIRTIO_NET_HDR_LEN)
                         .filter(|_| !st.last_gso)
                         .filter(|_| bufs[total].len().saturating_sub(offset) >= MAX_PACKET);
+                    // At most the scratch's size: a super-packet is copied there to be split.
+                    let max = st.frame.len();
                     let target = match direct {
-                        Some(start) => &mut bufs[total][start..],
+                        Some(start) => &mut bufs[total][start..start + max],
                         None => &mut st.frame[..],
                     };
                     let room = target.len();
@@ -334,8 +337,7 @@ impl LinuxTun {
                                 st.last_gso = false;
                                 sizes[total] = len;
                                 total += 1;
-                                s.reads.fetch_add(1, Relaxed);
-                                s.packets_read.fetch_add(1, Relaxed);
+                                frames += 1;
                                 if !busy {
                                     break;
                                 }
@@ -381,13 +383,11 @@ impl LinuxTun {
                 // A super-packet without payload: nothing to hand out.
                 continue;
             }
-            s.reads.fetch_add(1, Relaxed);
-            s.packets_read.fetch_add(split.packets as u64, Relaxed);
-            if split.segmented {
-                s.gso_splits.fetch_add(1, Relaxed);
-            }
+            frames += 1;
+            splits += u64::from(split.segmented);
             if split.truncated {
-                s.too_many_segments.fetch_add(1, Relaxed);
+                self.count_reads(frames, total + split.packets, splits);
+                self.stats.too_many_segments.fetch_add(1, Relaxed);
                 return Err(too_many_segments());
             }
             total += split.packets;
@@ -395,7 +395,17 @@ impl LinuxTun {
                 break;
             }
         }
+        self.count_reads(frames, total, splits);
         Ok(total)
+    }
+
+    fn count_reads(&self, frames: u64, packets: usize, splits: u64) {
+        let s = &self.stats;
+        s.reads.fetch_add(frames, Relaxed);
+        s.packets_read.fetch_add(packets as u64, Relaxed);
+        if splits > 0 {
+            s.gso_splits.fetch_add(splits, Relaxed);
+        }
     }
 
     fn write_offload(
@@ -405,20 +415,6 @@ impl LinuxTun {
         offset: usize,
     ) -> io::Result<()> {
         let mut gro = self.gro.lock();
-        if let ([buf], [n]) = (&mut *bufs, sizes) {
-            // One packet has nothing to merge with: skip the GRO tables (on a quiet tunnel
-            // they are cold memory) and write it behind a zero virtio header (no GSO, checksum
-            // complete), as GRO does for any packet it leaves alone.
-            let frame = offset
-                .checked_sub(VIRTIO_NET_HDR_LEN)
-                .zip(offset.checked_add(*n))
-                .and_then(|(start, end)| buf.get_mut(start..end))
-                .ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidInput, "packet outside buffer")
-                })?;
-            frame[..VIRTIO_NET_HDR_LEN].fill(0);
-            return self.write_once(frame);
-        }
         gro.coalesce(bufs, sizes, offset, self.uso)?;
         let mut first_err = None;
         for &i in gro.to_write() {
@@ -473,8 +469,7 @@ impl Device for LinuxTun {
                 total += 1;
             }
         }
-        self.stats.reads.fetch_add(total as u64, Relaxed);
-        self.stats.packets_read.fetch_add(total as u64, Relaxed);
+        self.count_reads(total as u64, total, 0);
         Ok(total)
     }
 

@@ -5,8 +5,18 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-/// Why a root test cannot run here (not root, no TUN, a tool missing), or `None`.
+/// Why a root test cannot run here (not root, no TUN, a tool missing), or `None`. With
+/// `VPN_REQUIRE_ROOT_TESTS=1` (CI sets it) a reason is a failure, not a skip: a skipped test
+/// must not count as passed where the machine is meant to run it.
 pub fn skip_reason(tools: &[&str]) -> Option<String> {
+    let why = why_skip(tools)?;
+    if std::env::var_os("VPN_REQUIRE_ROOT_TESTS").is_some_and(|v| v == "1") {
+        panic!("root test cannot run ({why}) but VPN_REQUIRE_ROOT_TESTS=1");
+    }
+    Some(why)
+}
+
+fn why_skip(tools: &[&str]) -> Option<String> {
     // `id -u` rather than geteuid(): keeps the tests free of unsafe code.
     let uid = Command::new("id").arg("-u").output().ok()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {

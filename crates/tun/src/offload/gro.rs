@@ -227,6 +227,12 @@ impl GroTable {
             }
         }
         self.lens.extend_from_slice(sizes);
+        if bufs.len() == 1 {
+            // Nothing to merge with (a quiet tunnel writes packet by packet): no flow lookup.
+            self.to_write.push(0);
+            self.finish(bufs, offset);
+            return Ok(());
+        }
 
         for i in 0..bufs.len() {
             let pkt = &bufs[i].as_ref()[offset..offset + self.lens[i]];

@@ -115,17 +115,23 @@ pub fn finish_single_in_place(frame: &mut [u8]) -> io::Result<Option<usize>> {
     match layout {
         Layout::Single { needs_csum } => {
             let pkt = &mut frame[VIRTIO_NET_HDR_LEN..];
-            if needs_csum {
-                complete_checksum(
-                    pkt,
-                    usize::from(hdr.csum_start),
-                    usize::from(hdr.csum_offset),
-                )?;
-            }
+            finish_single(&hdr, needs_csum, pkt)?;
             Ok(Some(pkt.len()))
         }
         Layout::Gso { .. } => Ok(None),
     }
+}
+
+/// Completes a single packet's checksum if its header asks for it.
+fn finish_single(hdr: &VirtioHdr, needs_csum: bool, pkt: &mut [u8]) -> io::Result<()> {
+    if needs_csum {
+        complete_checksum(
+            pkt,
+            usize::from(hdr.csum_start),
+            usize::from(hdr.csum_offset),
+        )?;
+    }
+    Ok(())
 }
 
 /// Splits `frame` (virtio header + packet, as read from the fd) into `bufs[i][offset..]`,
@@ -143,13 +149,7 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
     let pkt = &mut frame[VIRTIO_NET_HDR_LEN..];
     let (v6, tcp, hdr_len, segments) = match layout {
         Layout::Single { needs_csum } => {
-            if needs_csum {
-                complete_checksum(
-                    pkt,
-                    usize::from(hdr.csum_start),
-                    usize::from(hdr.csum_offset),
-                )?;
-            }
+            finish_single(&hdr, needs_csum, pkt)?;
             let out = bufs[0]
                 .as_mut()
                 .get_mut(offset..)

@@ -97,6 +97,18 @@ fn harness_with(v6: bool, accept: bool, tweak: impl FnOnce(&mut ConnectedConfig)
     }
 }
 
+/// A pair socket of the set (the tests that use it have exactly one).
+fn first_pair(set: &ConnectedSockets) -> Arc<Pair> {
+    set.inner
+        .state
+        .lock()
+        .socks
+        .values()
+        .next()
+        .unwrap()
+        .clone()
+}
+
 fn harness(v6: bool) -> Harness {
     harness_with(v6, true, |_| {})
 }
@@ -539,16 +551,7 @@ fn lost_source_errors_recycle_the_socket() {
     let to = p.local_addr().unwrap();
     h.set.send(to, &[b"x"]).unwrap().unwrap();
     for errno in [libc::EINVAL, libc::EADDRNOTAVAIL, libc::ENETUNREACH] {
-        let pair = h
-            .set
-            .inner
-            .state
-            .lock()
-            .socks
-            .values()
-            .next()
-            .unwrap()
-            .clone();
+        let pair = first_pair(&h.set);
         let e = h
             .set
             .inner
@@ -559,16 +562,7 @@ fn lost_source_errors_recycle_the_socket() {
         h.set.send(to, &[b"y"]).unwrap().unwrap();
         assert_eq!(h.set.len(), 1);
     }
-    let pair = h
-        .set
-        .inner
-        .state
-        .lock()
-        .socks
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let pair = first_pair(&h.set);
     let r = h
         .set
         .inner
@@ -583,16 +577,7 @@ fn socket_closed_underneath_is_redialled() {
     let p = peer(false);
     let to = p.local_addr().unwrap();
     h.set.send(to, &[b"x"]).unwrap().unwrap();
-    let pair = h
-        .set
-        .inner
-        .state
-        .lock()
-        .socks
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let pair = first_pair(&h.set);
     pair.fam.close(); // as if an idle check raced the send
     h.set.send(to, &[b"y"]).unwrap().unwrap();
     assert_eq!(h.set.stats().dials, 2);
@@ -631,16 +616,7 @@ fn receive_buffer_is_raised() {
         .send(p.local_addr().unwrap(), &[b"x"])
         .unwrap()
         .unwrap();
-    let pair = h
-        .set
-        .inner
-        .state
-        .lock()
-        .socks
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let pair = first_pair(&h.set);
     let guard = pair.fam.sock.read();
     let s = guard.as_ref().unwrap();
     // Without CAP_NET_ADMIN the kernel caps it at rmem_max; never below the default.
@@ -932,15 +908,7 @@ fn sticky_source_follows_the_pair_and_a_new_mark_redials() {
     assert!(set.is_empty(), "a new mark closes the pair sockets");
     bind.send(&[&transport(3)], &ep).unwrap();
     assert_eq!(set.len(), 1);
-    let pair = set
-        .inner
-        .state
-        .lock()
-        .socks
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let pair = first_pair(&set);
     let mark = pair.fam.sock.read().as_ref().unwrap().mark().unwrap();
     assert_eq!(mark, 0x5a);
     bind.close().unwrap();
