@@ -818,21 +818,33 @@ fn opening_mid_stream_loses_and_misattributes_nothing() {
     let stranger = peer(false);
     let to = p.local_addr().unwrap();
     let ep = Endpoint::from(to);
+    // The peer socket keeps the default receive buffer (about 200 such datagrams), so the
+    // sender waits for the peer to keep up: a loss here must be the bind's, not one a busy CI
+    // machine causes by descheduling this thread.
+    let peer_got = Arc::new(AtomicUsize::new(0));
     let recv_peer = std::thread::spawn({
         let p = p.try_clone().unwrap();
+        let peer_got = peer_got.clone();
         move || {
             let mut seen = vec![false; N as usize];
             let mut b = [0u8; 2048];
             for _ in 0..N {
-                let (n, from) = p.recv_from(&mut b).unwrap();
+                let (n, from) = p.recv_from(&mut b).expect("datagram to the peer lost");
                 assert_eq!((n, from.port()), (100, port));
                 let i = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
                 assert!(!seen[i], "duplicate");
                 seen[i] = true;
+                peer_got.fetch_add(1, Relaxed);
             }
         }
     });
     for chunk in 0..N / 50 {
+        let deadline = std::time::Instant::now() + WAIT;
+        while peer_got.load(Relaxed) + 50 < (chunk * 50) as usize
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         let msgs: Vec<Vec<u8>> = (chunk * 50..chunk * 50 + 50).map(transport).collect();
         let refs: Vec<&[u8]> = msgs.iter().map(|m| m.as_slice()).collect();
         bind.send(&refs, &ep).unwrap();
