@@ -55,7 +55,8 @@ traffic_battery() {
         awk -v b="${bps:-0}" 'BEGIN { exit !(b > 1e6) }' || fail "iperf3 TCP to $dst $dir carried nothing"
         # A modest fixed rate: this checks that UDP is carried, capacity is the benchmark's job
         # (a debug build on a busy 2-core machine drops at a few hundred Mbit/s).
-        local j; j="$(iperf "$A" -c "$dst" -t 2 -u -b 20M -l 1200 $dir)"
+        # -w 1M reaches the server too: its default socket buffer holds about 90 datagrams.
+        local j; j="$(iperf "$A" -c "$dst" -t 2 -u -b 20M -l 1200 -w 1M $dir)"
         bps="$(echo "$j" | iperf_field udp_bps)"; lost="$(echo "$j" | iperf_field udp_lost_percent)"
         echo "  udp $dst ${dir:-fwd}: $(mbps "$bps") Mbit/s received, ${lost:-?}% lost"
         awk -v b="${bps:-0}" -v l="${lost:-100}" 'BEGIN { exit !(b > 15e6 && l < 10) }' ||
@@ -126,7 +127,9 @@ scenario_counters() {
     for spec in "4 56" "6 56" "4 1391" "6 1000"; do
         read -r fam size <<<"$spec"
         if [ "$fam" = 4 ]; then ip=100.64.0.2; hdr=28; else ip=fd00::2; hdr=48; fi
-        local out; out="$(n "$A" timeout 10 ping -"$fam" -f -c 10 -W 1 -s "$size" "$ip")" ||
+        # -w, not -W: once a reply has come back, -W waits only twice the largest RTT after the
+        # last send, so a reply a busy debug daemon delays would count as lost.
+        local out; out="$(n "$A" timeout 15 ping -"$fam" -f -c 10 -w 10 -s "$size" "$ip")" ||
             fail "ping -$fam -s $size: $out"
         contains "$out" " 10 received" || fail "ping -$fam -s $size lost packets: $out"
         exp=$((exp + 10 * $(pad $((size + hdr)))))

@@ -141,5 +141,17 @@ iperf_servers() {
     for k in $(seq "$3"); do
         ip netns exec "$1" iperf3 -s -D -B "100.64.$k.1" -p "$(($2 + k))" >/dev/null 2>&1
     done
-    sleep 0.5
+    for k in $(seq "$3"); do
+        listening "$1" "$(($2 + k))" || echo "  warning: iperf3 server on port $(($2 + k)) not listening"
+    done
+}
+
+# listening NS PORT — waits (10 s at most) until a TCP socket listens on PORT in NS.
+listening() {
+    local i
+    for ((i = 0; i < 200; i++)); do
+        [ -n "$(ip netns exec "$1" ss -Hltn "sport = :$2")" ] && return 0
+        sleep 0.05
+    done
+    return 1
 }

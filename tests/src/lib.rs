@@ -202,6 +202,19 @@ pub fn pair_with_workers(
 }
 
 /// Sends `payload` from `a` to `b` until it arrives (the first packets wait for a handshake).
+/// Waits (real time, bounded) until `cond` holds; returns whether it did. Tests wait for what
+/// they expect rather than sleeping a fixed time: a loaded CI machine can take longer.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
 pub fn ping(a: &Node, b: &Node, v6: bool, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let payload = format!("ping {}->{} {}", a.v4, b.v4, rand::random::<u64>());

@@ -156,9 +156,12 @@ fn inner_source_must_belong_to_the_sending_peer() {
         .unwrap();
     let before = b.dev.stats().drop_source_not_allowed;
     a.send_udp(&b, false, b"after move");
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_for(Duration::from_secs(10), || b
+        .dev
+        .stats()
+        .drop_source_not_allowed
+        > before));
     assert!(b.tun.try_recv().is_none());
-    assert!(b.dev.stats().drop_source_not_allowed > before);
 }
 
 #[test]
@@ -178,7 +181,11 @@ fn replayed_transport_packets_are_dropped() {
         .expect("captured the transport packet");
     let before = b.dev.stats().drop_replay;
     assert!(net.inject(from, to, data));
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_for(Duration::from_secs(10), || b
+        .dev
+        .stats()
+        .drop_replay
+        > before));
     assert!(b.tun.try_recv().is_none(), "replay was delivered");
     assert_eq!(b.dev.stats().drop_replay, before + 1);
 }

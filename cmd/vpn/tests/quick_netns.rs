@@ -223,8 +223,9 @@ fn up_ping_down_between_namespaces() {
             "3",
             "-i",
             "0.2",
-            "-W",
-            "2",
+            // A deadline, not a per-reply wait: the first packet waits for the handshake.
+            "-w",
+            "15",
             "100.64.7.2",
         ])
         .output()
@@ -244,8 +245,9 @@ fn up_ping_down_between_namespaces() {
             "2",
             "-i",
             "0.2",
-            "-W",
-            "2",
+            // A deadline, not a per-reply wait: the first packet waits for the handshake.
+            "-w",
+            "15",
             "100.64.7.1",
         ])
         .output()

@@ -185,7 +185,21 @@ fn wg_quick_runs_our_daemon_and_offloads_are_active() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The server listens before the client connects (a fixed sleep can be too short on a
+    // loaded machine).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "exec", nb, "ss", "-Hltn", "sport = :5201"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .contains("5201")
+    {
+        assert!(Instant::now() < deadline, "iperf3 server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let out = run(&[
         "ip",
         "netns",

@@ -198,18 +198,21 @@ mod tests {
         let _b = pool.get();
         assert_eq!(pool.outstanding(), 2);
         let p2 = pool.clone();
-        let t = std::thread::spawn(move || {
-            let start = Instant::now();
-            let c = p2.get();
-            (start.elapsed(), c.len())
-        });
+        let t = std::thread::spawn(move || p2.get().len());
+        // The taker is seen waiting (not merely late to start), and is still waiting after a
+        // while: nothing but the return below can let it go.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.waiters.load(Ordering::Acquire) == 0 {
+            assert!(Instant::now() < deadline, "taker never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         std::thread::sleep(Duration::from_millis(30));
-        pool.put(a);
-        let (waited, len) = t.join().unwrap();
         assert!(
-            waited >= Duration::from_millis(25),
-            "taker did not wait: {waited:?}"
+            !t.is_finished(),
+            "taker got a buffer from an exhausted pool"
         );
+        pool.put(a);
+        let len = t.join().unwrap();
         assert_eq!(len, BUFFER_SIZE);
         assert_eq!(pool.outstanding(), 2);
     }

@@ -330,10 +330,9 @@ fn close_wakes_a_blocked_read_promptly() {
             let (r, woke_at) = reader.join().unwrap();
             assert_eq!(r, Err(io::ErrorKind::BrokenPipe));
             let took = woke_at.saturating_duration_since(closed_at);
-            assert!(
-                took < Duration::from_millis(500),
-                "read woke after {took:?}"
-            );
+            // The read polls with no timeout, so only close can have woken it; the bound is
+            // generous for a loaded machine.
+            assert!(took < Duration::from_secs(3), "read woke after {took:?}");
         });
         let mut b = [0u8; 100];
         assert!(tun.read(&mut [&mut b[..]], &mut [0], OFF).is_err());

@@ -442,15 +442,32 @@ fn slots_grow_after_one_oversized_loss_and_the_hint_loses_nothing() {
         let p = peer(false);
         let to = p.local_addr().unwrap();
         h.set.send(to, &[b"open"]).unwrap().unwrap();
-        for i in 0..3u8 {
-            // Apart, so that each is its own read (a batch read shares one slot size).
-            p.send_to(&[i; 3000], lo(false, h.port)).unwrap();
-            std::thread::sleep(Duration::from_millis(30));
-        }
         let mut got = Vec::new();
-        while let Ok((d, _)) = h.rx.lock().recv_timeout(Duration::from_millis(500)) {
-            got.push(d);
+        for i in 0..3u8 {
+            // One at a time, so that each is its own read (a batch read shares one slot size):
+            // the next goes once this one is delivered or counted lost.
+            let drops = h.set.stats().oversize_drops;
+            p.send_to(&[i; 3000], lo(false, h.port)).unwrap();
+            let deadline = std::time::Instant::now() + WAIT;
+            loop {
+                if let Ok((d, _)) = h.rx.lock().recv_timeout(Duration::from_millis(5)) {
+                    got.push(d);
+                    break;
+                }
+                if h.set.stats().oversize_drops > drops {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "datagram {i} vanished"
+                );
+            }
         }
+        assert!(h
+            .rx
+            .lock()
+            .recv_timeout(Duration::from_millis(100))
+            .is_err());
         assert_eq!(got.len(), 3 - lost, "hint {hint}");
         assert!(got.iter().all(|d| d.len() == 3000));
         assert_eq!(h.set.stats().oversize_drops, lost as u64);
