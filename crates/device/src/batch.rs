@@ -167,6 +167,13 @@ impl<K> Ordered<K> {
         }
     }
 
+    /// Nothing queued and nobody sending or writing a container: a packet handled outside the
+    /// queue now cannot overtake one handled through it. (Checked queue first: a drainer pops
+    /// only while `draining` is set, so a container is always seen in one place or the other.)
+    pub fn is_idle(&self) -> bool {
+        self.q.lock().is_empty() && !self.draining.load(Ordering::SeqCst)
+    }
+
     fn head_done(&self) -> bool {
         self.q.lock().front().is_some_and(|c| c.is_done())
     }

@@ -263,6 +263,31 @@ impl Peer {
         }
     }
 
+    /// The keypair and counter for one packet sent outside the staged and ordered queues (see
+    /// `DeviceInner::send_lone`), if that keeps this peer's order: the device is up, nothing is
+    /// staged, no batch is queued or being sent, and the current keypair may send. The counter
+    /// is reserved under the staged lock, so every batch queued later gets higher ones.
+    pub(crate) fn lone_send_slot(&self, dev: &DeviceInner) -> Option<(Arc<DevKeypair>, u64)> {
+        if !dev.is_up() || !self.is_running() {
+            return None;
+        }
+        let now = dev.now();
+        let kp = self
+            .keypairs
+            .lock()
+            .current
+            .clone()
+            .filter(|k| k.can_send(now))?;
+        let staged = self.staged.lock();
+        if !staged.is_empty() || !self.outbound.is_idle() {
+            return None;
+        }
+        let counter = kp.kp.reserve_nonces(1);
+        drop(staged);
+        // At the limit: the batch path re-stages the packet and starts a handshake.
+        (counter < REJECT_AFTER_MESSAGES).then_some((kp, counter))
+    }
+
     /// Sends what is staged if a usable keypair exists; otherwise starts a handshake and leaves
     /// the packets staged (§2.4 step 4).
     pub(crate) fn send_staged(self: &Arc<Self>) {

@@ -7,13 +7,14 @@ use crate::keypair::DevKeypair;
 use crate::peer::Peer;
 use crate::pool::{BufferPool, HEADROOM};
 use crate::DeviceInner;
+use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::{is_err_closed, Endpoint, ReceiveFunc};
 use vpn_proto::messages::{
-    COOKIE_REPLY_SIZE, INITIATION_SIZE, MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, MESSAGE_RESPONSE,
-    MESSAGE_TRANSPORT, RESPONSE_SIZE, TRANSPORT_MIN_SIZE,
+    TransportHeader, COOKIE_REPLY_SIZE, INITIATION_SIZE, MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION,
+    MESSAGE_RESPONSE, MESSAGE_TRANSPORT, RESPONSE_SIZE, TRANSPORT_MIN_SIZE,
 };
 
 /// What the reader does with one datagram of a batch.
@@ -92,6 +93,9 @@ impl DeviceInner {
                 .datagrams_received
                 .fetch_add(datagrams as u64, Ordering::Relaxed);
             let now = self.now();
+            if n == 1 && self.receive_lone(&mut bufs[0], sizes[0], eps[0], now) {
+                continue;
+            }
             // Classify under the index's read lock; take replacement buffers only after it is
             // released (taking one may wait for the pool, and a worker confirming a keypair
             // needs the index's write lock before it can give buffers back).
@@ -251,26 +255,67 @@ impl DeviceInner {
         self.submit(crate::Job::Decrypt(c));
     }
 
-    /// Worker: opens every packet of an inbound batch, then drains the peer's ordered queue.
-    pub(crate) fn decrypt_and_deliver(&self, c: Arc<Container<Arc<DevKeypair>>>) {
-        {
-            let mut elems = c.elems.lock();
-            for e in elems.v.iter_mut() {
-                let Some(kp) = c.keypairs.get(usize::from(e.kp)) else {
-                    continue;
-                };
-                let len = e.len;
-                match kp.kp.open(e.counter, &mut e.buf[..len]) {
-                    Ok(n) => {
-                        e.len = n;
-                        e.ok = true;
-                    }
-                    Err(_) => {
-                        e.ok = false;
-                    }
+    /// A transport message read alone is opened and delivered on this thread, in the buffer it
+    /// was read into, when its peer has no batch queued or being written (so it cannot overtake
+    /// one): the inbound counterpart of `send_lone`. Returns false, leaving `buf` as it was, if
+    /// the datagram must take the batch path (any other message, an unknown or expired index).
+    fn receive_lone(
+        &self,
+        buf: &mut Box<[u8]>,
+        size: usize,
+        ep: Endpoint,
+        now: vpn_proto::time::Instant,
+    ) -> bool {
+        let Some(Ok(hdr)) = buf.get(..size).map(TransportHeader::parse) else {
+            return false;
+        };
+        let kp = match self.index.map.read().get(&hdr.receiver_index) {
+            Some(crate::index::IndexEntry::Keypair(kp)) if kp.can_receive(now) => kp.clone(),
+            _ => return false,
+        };
+        let Some(peer) = kp.peer.upgrade() else {
+            return false;
+        };
+        if !peer.is_running() || !peer.inbound.is_idle() {
+            return false;
+        }
+        self.stats
+            .inbound_containers
+            .fetch_add(1, Ordering::Relaxed);
+        let kps = [kp];
+        let mut e = Elem::new(std::mem::take(buf), size);
+        e.counter = hdr.counter;
+        e.ep = ep;
+        let mut e = [e];
+        self.open(&kps, &mut e);
+        self.deliver(&peer, &kps, &mut e);
+        let [e] = e;
+        *buf = e.buf;
+        true
+    }
+
+    /// Opens `elems` in place, each with its keypair in `keypairs`.
+    fn open(&self, keypairs: &[Arc<DevKeypair>], elems: &mut [Elem]) {
+        for e in elems {
+            let Some(kp) = keypairs.get(usize::from(e.kp)) else {
+                continue;
+            };
+            let len = e.len;
+            match kp.kp.open(e.counter, &mut e.buf[..len]) {
+                Ok(n) => {
+                    e.len = n;
+                    e.ok = true;
+                }
+                Err(_) => {
+                    e.ok = false;
                 }
             }
         }
+    }
+
+    /// Worker: opens every packet of an inbound batch, then drains the peer's ordered queue.
+    pub(crate) fn decrypt_and_deliver(&self, c: Arc<Container<Arc<DevKeypair>>>) {
+        self.open(&c.keypairs, &mut c.elems.lock().v);
         c.set_done();
         let peer = c.peer.clone();
         drop(c);
@@ -279,20 +324,23 @@ impl DeviceInner {
 
     /// The sequential stage of the inbound path for one batch of a peer, in order.
     fn deliver_container(&self, c: Arc<Container<Arc<DevKeypair>>>) {
-        let peer = &c.peer;
-        if !peer.is_running() {
-            return;
+        if c.peer.is_running() {
+            self.deliver(&c.peer, &c.keypairs, &mut c.elems.lock().v);
         }
-        let mut elems = c.elems.lock();
+    }
+
+    /// Replay check, key confirmation, roaming, the inner-source check and the TUN write for
+    /// opened packets of `peer` (`elems[i].kp` indexes `keypairs`).
+    fn deliver(&self, peer: &Arc<Peer>, keypairs: &[Arc<DevKeypair>], elems: &mut [Elem]) {
         let mut rx_bytes = 0u64;
         let mut last_valid = None;
-        let mut write = Vec::with_capacity(elems.len());
+        let mut write: SmallVec<[usize; 8]> = SmallVec::with_capacity(elems.len());
         {
-            let mut filters: Vec<_> = c.keypairs.iter().map(|k| k.replay.lock()).collect();
+            let mut filters: SmallVec<[_; 2]> = keypairs.iter().map(|k| k.replay.lock()).collect();
             // Key confirmation needs the first packet under each keypair only: one bit per
             // keypair of the container instead of a lock of the peer's keypairs per packet.
             let mut seen = 0u64;
-            for (i, e) in elems.v.iter_mut().enumerate() {
+            for (i, e) in elems.iter_mut().enumerate() {
                 if !e.ok {
                     self.stats.drop_decrypt.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -307,7 +355,7 @@ impl DeviceInner {
                 }
                 if k >= 64 || seen & (1 << k) == 0 {
                     seen |= 1u64.checked_shl(k as u32).unwrap_or(0);
-                    if let Some(kp) = c.keypairs.get(k) {
+                    if let Some(kp) = keypairs.get(k) {
                         self.received_with_keypair(peer, kp);
                     }
                 }
@@ -322,8 +370,8 @@ impl DeviceInner {
         // One read lock for the batch.
         {
             let table = self.allowed_ips.read();
-            write.retain(|&i| {
-                let e = &mut elems.v[i];
+            write.retain(|i| {
+                let e = &mut elems[*i];
                 match inner_packet_len(&e.buf[HEADROOM..HEADROOM + e.len]) {
                     Some((len, src))
                         if table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)) =>
@@ -347,7 +395,7 @@ impl DeviceInner {
         let data = !write.is_empty();
         peer.rx_bytes.fetch_add(rx_bytes, Ordering::Relaxed);
         let Some(last) = last_valid else { return };
-        let ep = elems.v[last].ep;
+        let ep = elems[last].ep;
         peer.set_endpoint_from_packet(&ep);
         peer.keep_key_fresh_receiving(self);
         peer.timers_any_authenticated_packet_traversal(self);
@@ -358,10 +406,10 @@ impl DeviceInner {
         if write.is_empty() {
             return;
         }
-        let mut sizes = Vec::with_capacity(write.len());
-        let mut slices: Vec<&mut [u8]> = Vec::with_capacity(write.len());
+        let mut sizes: SmallVec<[usize; 8]> = SmallVec::with_capacity(write.len());
+        let mut slices: SmallVec<[&mut [u8]; 8]> = SmallVec::with_capacity(write.len());
         let mut wi = write.iter().peekable();
-        for (i, e) in elems.v.iter_mut().enumerate() {
+        for (i, e) in elems.iter_mut().enumerate() {
             if wi.peek() == Some(&&i) {
                 wi.next();
                 sizes.push(e.len);

@@ -1,10 +1,12 @@
 //! The outbound path: TUN reader → route → stage → seal (workers) → send in order (§2.4).
 
+use crate::allowedips::AllowedIps;
 use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
 use crate::pool::HEADROOM;
 use crate::DeviceInner;
+use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vpn_proto::transport::padded_len;
@@ -51,6 +53,16 @@ impl DeviceInner {
             // Route under the table's read lock, then take replacement buffers with no lock
             // held: taking a buffer may wait for the pool, and nobody may wait while holding a
             // lock the pipeline needs to give buffers back.
+            if n == 1 {
+                let peer = bufs[0]
+                    .get(HEADROOM..HEADROOM + sizes[0])
+                    .and_then(|pkt| peer_for(&self.allowed_ips.read(), pkt).cloned());
+                if let Some(peer) = peer {
+                    if self.send_lone(&peer.0, &mut bufs[0], sizes[0]) {
+                        continue;
+                    }
+                }
+            }
             route.clear();
             {
                 let table = self.allowed_ips.read();
@@ -60,20 +72,7 @@ impl DeviceInner {
                         route.push(None);
                         continue;
                     };
-                    let peer = match pkt.first().map(|b| b >> 4) {
-                        Some(4) if size >= 20 => {
-                            let mut dst = [0u8; 4];
-                            dst.copy_from_slice(&pkt[16..20]);
-                            table.lookup_v4(dst)
-                        }
-                        Some(6) if size >= 40 => {
-                            let mut dst = [0u8; 16];
-                            dst.copy_from_slice(&pkt[24..40]);
-                            table.lookup_v6(dst)
-                        }
-                        _ => None,
-                    };
-                    let Some(peer) = peer else {
+                    let Some(peer) = peer_for(&table, pkt) else {
                         self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
                         route.push(None);
                         continue;
@@ -110,23 +109,43 @@ impl DeviceInner {
         }
     }
 
-    /// Worker: seals every packet of an outbound batch, then drains the peer's ordered queue.
-    pub(crate) fn encrypt_and_send(&self, c: Arc<Container<Arc<DevKeypair>>>) {
-        {
-            let kp = &c.keypairs[0];
-            let mtu = self.mtu();
-            let mut elems = c.elems.lock();
-            for e in elems.v.iter_mut() {
-                let padded = padded_len(e.len, mtu);
-                match kp.kp.seal(e.counter, &mut e.buf, e.len, padded) {
-                    Ok(n) => {
-                        e.len = n;
-                        e.ok = true;
-                    }
-                    Err(_) => e.ok = false,
+    /// A packet read alone (a quiet tunnel: a ping, a keystroke) is sealed and sent on this
+    /// thread, in the buffer it was read into, when that keeps the peer's order: nothing staged,
+    /// nothing in the ordered queue (see [`crate::Peer::lone_send_slot`]). It skips the packet
+    /// list, the container, the queue and the buffer exchange with the pool; on a tunnel idle
+    /// between packets every one of those is cold memory the packet would wait for. Returns
+    /// false, leaving `buf` as it was, if the packet must take the batch path.
+    fn send_lone(&self, peer: &Arc<crate::Peer>, buf: &mut Box<[u8]>, len: usize) -> bool {
+        let Some((kp, counter)) = peer.lone_send_slot(self) else {
+            return false;
+        };
+        let mut e = [Elem::new(std::mem::take(buf), len)];
+        e[0].counter = counter;
+        self.seal(&kp, &mut e);
+        self.send_sealed(peer, &e);
+        let [e] = e;
+        *buf = e.buf;
+        true
+    }
+
+    /// Seals `elems` in place with `kp` (their counters already reserved).
+    fn seal(&self, kp: &DevKeypair, elems: &mut [Elem]) {
+        let mtu = self.mtu();
+        for e in elems {
+            let padded = padded_len(e.len, mtu);
+            match kp.kp.seal(e.counter, &mut e.buf, e.len, padded) {
+                Ok(n) => {
+                    e.len = n;
+                    e.ok = true;
                 }
+                Err(_) => e.ok = false,
             }
         }
+    }
+
+    /// Worker: seals every packet of an outbound batch, then drains the peer's ordered queue.
+    pub(crate) fn encrypt_and_send(&self, c: Arc<Container<Arc<DevKeypair>>>) {
+        self.seal(&c.keypairs[0], &mut c.elems.lock().v);
         c.set_done();
         let peer = c.peer.clone();
         drop(c);
@@ -135,13 +154,14 @@ impl DeviceInner {
 
     /// The sequential stage of the outbound path: runs for each batch of a peer in order.
     fn send_container(&self, c: Arc<Container<Arc<DevKeypair>>>) {
-        let peer = &c.peer;
-        if !peer.is_running() {
-            return;
+        if c.peer.is_running() {
+            self.send_sealed(&c.peer, &c.elems.lock().v);
         }
-        let elems = c.elems.lock();
-        let bufs: Vec<&[u8]> = elems
-            .v
+    }
+
+    /// Sends the sealed packets of `elems` to `peer` and runs the send-side timers.
+    fn send_sealed(&self, peer: &Arc<crate::Peer>, elems: &[Elem]) {
+        let bufs: SmallVec<[&[u8]; 4]> = elems
             .iter()
             .filter(|e| e.ok)
             .map(|e| &e.buf[..e.len])
@@ -156,7 +176,6 @@ impl DeviceInner {
         peer.timers_any_authenticated_packet_sent();
         let res = peer.send_buffers(self, &bufs);
         drop(bufs);
-        drop(elems);
         match res {
             Ok(()) => {
                 if data {
@@ -169,5 +188,22 @@ impl DeviceInner {
                 tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send data packets: {e}");
             }
         }
+    }
+}
+
+/// The peer whose allowed IPs hold the packet's destination.
+fn peer_for<'t>(table: &'t AllowedIps<PeerRef>, pkt: &[u8]) -> Option<&'t PeerRef> {
+    match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 20 => {
+            let mut dst = [0u8; 4];
+            dst.copy_from_slice(&pkt[16..20]);
+            table.lookup_v4(dst)
+        }
+        Some(6) if pkt.len() >= 40 => {
+            let mut dst = [0u8; 16];
+            dst.copy_from_slice(&pkt[24..40]);
+            table.lookup_v6(dst)
+        }
+        _ => None,
     }
 }
