@@ -215,3 +215,34 @@ fn hostile_datagrams_do_not_disturb_the_tunnel() {
     assert!(ping(&a, &b, false, Duration::from_secs(5)));
     assert!(ping(&b, &a, false, Duration::from_secs(5)));
 }
+
+/// A lone packet's route is cached by the TUN reader; a change of allowed IPs must show at once.
+#[test]
+fn allowed_ips_change_reroutes_the_next_lone_packet() {
+    let net = MemoryNetwork::new();
+    let (a, b) = pair(&net, 1, None);
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    a.send_udp(&b, false, b"cached");
+    assert_eq!(
+        udp_payload(&b.recv(Duration::from_secs(5)).unwrap()),
+        b"cached"
+    );
+    // b keeps its key but no longer owns its address on a.
+    let before = a.dev.stats().drop_no_route;
+    a.dev
+        .ipc_set(&format!(
+            "public_key={}\nreplace_allowed_ips=true\nallowed_ip=198.51.100.0/24\n",
+            b.key.public_key().to_hex()
+        ))
+        .unwrap();
+    a.send_udp(&b, false, b"no route");
+    assert!(wait_for(Duration::from_secs(10), || a
+        .dev
+        .stats()
+        .drop_no_route
+        > before));
+    assert!(
+        b.recv(Duration::from_millis(300)).is_none(),
+        "sent on a stale route"
+    );
+}

@@ -114,6 +114,8 @@ pub struct AllowedIps<T> {
     last_slot: u32,
     /// Next insertion sequence number (orders each value's prefix list).
     next_seq: u64,
+    /// Counts changes: a lookup cached with the same generation is still right.
+    generation: u64,
 }
 
 impl<T> fmt::Debug for AllowedIps<T> {
@@ -142,7 +144,13 @@ impl<T: Clone + PartialEq> AllowedIps<T> {
             free_slots: Vec::new(),
             last_slot: NO_SLOT,
             next_seq: 0,
+            generation: 0,
         }
+    }
+
+    /// Changes whenever the table does (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Inserts `addr/cidr` (masked: 10.1.2.3/8 is stored as 10.0.0.0/8) for `value`; an existing
@@ -150,6 +158,7 @@ impl<T: Clone + PartialEq> AllowedIps<T> {
     /// wireguard-go. cidr > 32 (v4) / > 128 (v6) -> Err.
     pub fn insert(&mut self, addr: IpAddr, cidr: u8, value: T) -> Result<(), AllowedIpsError> {
         let prefix = Prefix::new(addr, cidr)?;
+        self.generation += 1;
         // Detach from the previous owner first: that may free its slot, which could be
         // `value`'s own.
         if let Some(old) = self.owner(prefix) {
@@ -185,6 +194,7 @@ impl<T: Clone + PartialEq> AllowedIps<T> {
         if !matches!(self.entry(owner.slot), Some(e) if e.value == *value) {
             return false;
         }
+        self.generation += 1;
         self.detach(prefix, owner);
         self.remove_from_trie(prefix);
         true
@@ -192,6 +202,7 @@ impl<T: Clone + PartialEq> AllowedIps<T> {
 
     /// Removes every prefix of `value`.
     pub fn remove_by_value(&mut self, value: &T) {
+        self.generation += 1;
         let Some(slot) = self.find_slot(value) else {
             return;
         };
@@ -209,6 +220,7 @@ impl<T: Clone + PartialEq> AllowedIps<T> {
 
     /// Removes everything.
     pub fn clear(&mut self) {
+        self.generation += 1;
         self.v4.clear();
         self.v6.clear();
         self.values.clear();
