@@ -104,26 +104,3 @@ impl Keypairs {
             .collect()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn surely_usable_leaves_the_last_staleness_margin_to_the_clock() {
-        let t0 = Instant::from_nanos(1_000_000_000);
-        let kp = DevKeypair {
-            kp: Keypair::new(&[1; 32], &[2; 32], 1, 2, true, t0),
-            replay: Mutex::new(ReplayFilter::new()),
-            peer: Weak::new(),
-        };
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let edge = (REJECT_AFTER_TIME - RECENT_STALENESS).as_secs();
-        assert!(kp.surely_can_send(at(edge - 1)) && kp.surely_can_receive(at(edge - 1)));
-        // Within the margin: not sure (the caller reads the clock), though still usable.
-        assert!(!kp.surely_can_send(at(edge)) && !kp.surely_can_receive(at(edge)));
-        assert!(kp.can_send(at(edge)) && kp.can_receive(at(edge)));
-        assert!(!kp.can_receive(at(REJECT_AFTER_TIME.as_secs())));
-    }
-}
