@@ -118,8 +118,6 @@ pub(crate) struct DeviceInner {
     pub(crate) tun: Arc<dyn Tun>,
     pub(crate) bind: Arc<dyn Bind>,
     pub(crate) clock: Arc<dyn Clock>,
-    /// The latest reading of `clock` (nanoseconds) to within a millisecond: see [`Self::recent`].
-    recent: AtomicU64,
     state: AtomicU8,
     state_lock: Mutex<()>,
     pub(crate) ipc_lock: Mutex<()>,
@@ -199,7 +197,6 @@ impl Device {
             tun,
             bind,
             timers: TimerWheel::new(clock.clone()),
-            recent: AtomicU64::new(clock.now().as_nanos()),
             clock,
             state: AtomicU8::new(State::Down as u8),
             state_lock: Mutex::new(()),
@@ -244,13 +241,6 @@ impl Device {
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
             shutdown_rx,
         });
-        // A fake clock that jumps updates `recent` at once (a real one is read often enough).
-        let weak = Arc::downgrade(&inner);
-        inner.clock.on_advance(Arc::new(move || {
-            if let Some(d) = weak.upgrade() {
-                d.now();
-            }
-        }));
         inner.start_threads();
         Device { inner }
     }
@@ -361,22 +351,7 @@ impl Drop for Device {
 
 impl DeviceInner {
     pub(crate) fn now(&self) -> Instant {
-        let t = self.clock.now();
-        // Kept to the millisecond: a store (and the cache line's round trip between cores)
-        // only when that much has passed.
-        if t.as_nanos() > self.recent.load(Ordering::Relaxed) + 1_000_000 {
-            self.recent.fetch_max(t.as_nanos(), Ordering::Relaxed);
-        }
-        t
-    }
-
-    /// The time of the latest clock reading: at most [`RECENT_STALENESS`] old while the timer
-    /// thread runs (it reads the clock at least once a second). It costs no clock read, which
-    /// on a tunnel idle between packets costs microseconds (the vDSO's code and data pages are
-    /// cold): a lone packet's checks use it with that margin, and anything that needs the exact
-    /// time reads the clock after the packet has gone.
-    pub(crate) fn recent(&self) -> Instant {
-        Instant::from_nanos(self.recent.load(Ordering::Relaxed))
+        self.clock.now()
     }
 
     fn state(&self) -> State {

@@ -34,24 +34,7 @@ impl DevKeypair {
     pub fn can_send(&self, now: Instant) -> bool {
         self.kp.send_nonce() < REJECT_AFTER_MESSAGES && self.can_receive(now)
     }
-
-    /// Young enough to receive with whatever the time since `recent` (see
-    /// `DeviceInner::recent`): a keypair near its age limit answers no, and the caller checks
-    /// against the clock instead.
-    pub fn surely_can_receive(&self, recent: Instant) -> bool {
-        recent.saturating_duration_since(self.kp.created) + RECENT_STALENESS < REJECT_AFTER_TIME
-    }
-
-    /// [`Self::can_send`] for a time that may be up to [`RECENT_STALENESS`] behind.
-    pub fn surely_can_send(&self, recent: Instant) -> bool {
-        self.kp.send_nonce() < REJECT_AFTER_MESSAGES && self.surely_can_receive(recent)
-    }
 }
-
-/// How far behind the clock `DeviceInner::recent` may be: the timer thread reads the clock at
-/// least every second or two; the rest is margin for a thread the scheduler holds back. Keypairs
-/// are replaced at 120 s, so the 10 s before the 180 s limit are normally never reached.
-pub(crate) const RECENT_STALENESS: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The three slots.
 #[derive(Default)]

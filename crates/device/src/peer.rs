@@ -271,13 +271,13 @@ impl Peer {
         if !dev.is_up() || !self.is_running() {
             return None;
         }
-        let recent = dev.recent();
+        let now = dev.now();
         let kp = self
             .keypairs
             .lock()
             .current
             .clone()
-            .filter(|k| k.surely_can_send(recent))?;
+            .filter(|k| k.can_send(now))?;
         let staged = self.staged.lock();
         if !staged.is_empty() || !self.outbound.is_idle() {
             return None;

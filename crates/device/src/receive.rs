@@ -92,10 +92,10 @@ impl DeviceInner {
             self.stats
                 .datagrams_received
                 .fetch_add(datagrams as u64, Ordering::Relaxed);
-            if n == 1 && self.receive_lone(&mut bufs[0], sizes[0], eps[0]) {
+            let now = self.now();
+            if n == 1 && self.receive_lone(&mut bufs[0], sizes[0], eps[0], now) {
                 continue;
             }
-            let now = self.now();
             // Classify under the index's read lock; take replacement buffers only after it is
             // released (taking one may wait for the pool, and a worker confirming a keypair
             // needs the index's write lock before it can give buffers back).
@@ -259,14 +259,18 @@ impl DeviceInner {
     /// was read into, when its peer has no batch queued or being written (so it cannot overtake
     /// one): the inbound counterpart of `send_lone`. Returns false, leaving `buf` as it was, if
     /// the datagram must take the batch path (any other message, an unknown or expired index).
-    fn receive_lone(&self, buf: &mut Box<[u8]>, size: usize, ep: Endpoint) -> bool {
+    fn receive_lone(
+        &self,
+        buf: &mut Box<[u8]>,
+        size: usize,
+        ep: Endpoint,
+        now: vpn_proto::time::Instant,
+    ) -> bool {
         let Some(Ok(hdr)) = buf.get(..size).map(TransportHeader::parse) else {
             return false;
         };
         let kp = match self.index.map.read().get(&hdr.receiver_index) {
-            Some(crate::index::IndexEntry::Keypair(kp)) if kp.surely_can_receive(self.recent()) => {
-                kp.clone()
-            }
+            Some(crate::index::IndexEntry::Keypair(kp)) if kp.can_receive(now) => kp.clone(),
             _ => return false,
         };
         let Some(peer) = kp.peer.upgrade() else {
@@ -391,8 +395,6 @@ impl DeviceInner {
         let data = !write.is_empty();
         peer.rx_bytes.fetch_add(rx_bytes, Ordering::Relaxed);
         let Some(last) = last_valid else { return };
-        // Endpoint and timers before the write, as the reference orders them: a reply the
-        // write provokes must find the new endpoint, and must cancel the keepalive armed here.
         let ep = elems[last].ep;
         peer.set_endpoint_from_packet(&ep);
         peer.keep_key_fresh_receiving(self);
@@ -400,12 +402,10 @@ impl DeviceInner {
         peer.timers_any_authenticated_packet_received();
         if data {
             peer.timers_data_received(self);
-            self.write_to_tun(elems, &write);
         }
-    }
-
-    /// Writes `elems[i]` for each `i` in `write` (ascending) to the TUN at once.
-    fn write_to_tun(&self, elems: &mut [Elem], write: &[usize]) {
+        if write.is_empty() {
+            return;
+        }
         let mut sizes: SmallVec<[usize; 8]> = SmallVec::with_capacity(write.len());
         let mut slices: SmallVec<[&mut [u8]; 8]> = SmallVec::with_capacity(write.len());
         let mut wi = write.iter().peekable();

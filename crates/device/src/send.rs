@@ -174,8 +174,6 @@ impl DeviceInner {
         let data = bufs
             .iter()
             .any(|b| b.len() != vpn_proto::transport::TRANSPORT_OVERHEAD);
-        // Before the send, as the reference orders them: a reply must not find the keepalive it
-        // arms cancelled by this packet. (They read no clock unless persistent keepalive is on.)
         peer.timers_any_authenticated_packet_traversal(self);
         peer.timers_any_authenticated_packet_sent();
         let res = peer.send_buffers(self, &bufs);
