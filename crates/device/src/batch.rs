@@ -167,11 +167,32 @@ impl<K> Ordered<K> {
         }
     }
 
-    /// Nothing queued and nobody sending or writing a container: a packet handled outside the
-    /// queue now cannot overtake one handled through it. (Checked queue first: a drainer pops
-    /// only while `draining` is set, so a container is always seen in one place or the other.)
-    pub fn is_idle(&self) -> bool {
-        self.q.lock().is_empty() && !self.draining.load(Ordering::SeqCst)
+    /// Runs `f` as this queue's drainer if nothing is queued and nobody drains: a packet handled
+    /// by `f` outside the queue can neither overtake one queued before it nor run beside the
+    /// sequential stage of another. Containers queued while `f` runs wait for it and are
+    /// drained afterwards with `then`, in order. `None` (and `f` not run) when the queue is busy.
+    pub fn run_alone<R>(
+        &self,
+        f: impl FnOnce() -> R,
+        then: impl FnMut(Arc<Container<K>>),
+    ) -> Option<R> {
+        if self
+            .draining
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return None;
+        }
+        // Queue checked after claiming: nothing can be popped now but by us. (Not under the
+        // queue's lock: `f` may queue containers.)
+        let empty = self.q.lock().is_empty();
+        let r = empty.then(f);
+        self.draining.store(false, Ordering::SeqCst);
+        // A worker that finished a container while we held the claim left it to us.
+        if self.head_done() {
+            self.drain(then);
+        }
+        r
     }
 
     fn head_done(&self) -> bool {

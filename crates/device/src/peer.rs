@@ -263,10 +263,10 @@ impl Peer {
         }
     }
 
-    /// The keypair and counter for one packet sent outside the staged and ordered queues (see
-    /// `DeviceInner::send_lone`), if that keeps this peer's order: the device is up, nothing is
-    /// staged, no batch is queued or being sent, and the current keypair may send. The counter
-    /// is reserved under the staged lock, so every batch queued later gets higher ones.
+    /// The keypair and counter for one packet sent outside the staged queue (see
+    /// `DeviceInner::send_lone`, which holds the ordered queue's drainer claim): the device is
+    /// up, nothing is staged and the current keypair may send. The counter is reserved under
+    /// the staged lock, so every batch queued later gets higher ones.
     pub(crate) fn lone_send_slot(&self, dev: &DeviceInner) -> Option<(Arc<DevKeypair>, u64)> {
         if !dev.is_up() || !self.is_running() {
             return None;
@@ -279,7 +279,7 @@ impl Peer {
             .clone()
             .filter(|k| k.can_send(now))?;
         let staged = self.staged.lock();
-        if !staged.is_empty() || !self.outbound.is_idle() {
+        if !staged.is_empty() {
             return None;
         }
         let counter = kp.kp.reserve_nonces(1);

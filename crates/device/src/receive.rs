@@ -256,8 +256,8 @@ impl DeviceInner {
     }
 
     /// A transport message read alone is opened and delivered on this thread, in the buffer it
-    /// was read into, when its peer has no batch queued or being written (so it cannot overtake
-    /// one): the inbound counterpart of `send_lone`. Returns false, leaving `buf` as it was, if
+    /// was read into, as the peer's inbound drainer when it has no batch queued or being written
+    /// (`Ordered::run_alone`): the inbound counterpart of `send_lone`. Returns false, leaving `buf` as it was, if
     /// the datagram must take the batch path (any other message, an unknown or expired index).
     fn receive_lone(
         &self,
@@ -276,22 +276,27 @@ impl DeviceInner {
         let Some(peer) = kp.peer.upgrade() else {
             return false;
         };
-        if !peer.is_running() || !peer.inbound.is_idle() {
+        if !peer.is_running() {
             return false;
         }
-        self.stats
-            .inbound_containers
-            .fetch_add(1, Ordering::Relaxed);
-        let kps = [kp];
-        let mut e = Elem::new(std::mem::take(buf), size);
-        e.counter = hdr.counter;
-        e.ep = ep;
-        let mut e = [e];
-        self.open(&kps, &mut e);
-        self.deliver(&peer, &kps, &mut e);
-        let [e] = e;
-        *buf = e.buf;
-        true
+        let delivered = peer.inbound.run_alone(
+            || {
+                self.stats
+                    .inbound_containers
+                    .fetch_add(1, Ordering::Relaxed);
+                let kps = [kp];
+                let mut e = Elem::new(std::mem::take(buf), size);
+                e.counter = hdr.counter;
+                e.ep = ep;
+                let mut e = [e];
+                self.open(&kps, &mut e);
+                self.deliver(&peer, &kps, &mut e);
+                let [e] = e;
+                *buf = e.buf;
+            },
+            |c| self.deliver_container(c),
+        );
+        delivered.is_some()
     }
 
     /// Opens `elems` in place, each with its keypair in `keypairs`.

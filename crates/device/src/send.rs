@@ -113,21 +113,25 @@ impl DeviceInner {
 
     /// A packet read alone (a quiet tunnel: a ping, a keystroke) is sealed and sent on this
     /// thread, in the buffer it was read into, when that keeps the peer's order: nothing staged,
-    /// nothing in the ordered queue (see [`crate::Peer::lone_send_slot`]). It skips the packet
-    /// list, the container, the queue and the buffer exchange with the pool; on a tunnel idle
-    /// between packets every one of those is cold memory the packet would wait for. Returns
-    /// false, leaving `buf` as it was, if the packet must take the batch path.
+    /// nothing queued, nobody sending (`Ordered::run_alone`, `Peer::lone_send_slot`). It skips
+    /// the packet list, the container, the queue and the buffer exchange with the pool; on a
+    /// tunnel idle between packets every one of those is cold memory the packet would wait for.
+    /// Returns false, leaving `buf` as it was, if the packet must take the batch path.
     fn send_lone(&self, peer: &Arc<crate::Peer>, buf: &mut Box<[u8]>, len: usize) -> bool {
-        let Some((kp, counter)) = peer.lone_send_slot(self) else {
-            return false;
-        };
-        let mut e = [Elem::new(std::mem::take(buf), len)];
-        e[0].counter = counter;
-        self.seal(&kp, &mut e);
-        self.send_sealed(peer, &e);
-        let [e] = e;
-        *buf = e.buf;
-        true
+        let sent = peer.outbound.run_alone(
+            || {
+                let (kp, counter) = peer.lone_send_slot(self)?;
+                let mut e = [Elem::new(std::mem::take(buf), len)];
+                e[0].counter = counter;
+                self.seal(&kp, &mut e);
+                self.send_sealed(peer, &e);
+                let [e] = e;
+                *buf = e.buf;
+                Some(())
+            },
+            |c| self.send_container(c),
+        );
+        sent.flatten().is_some()
     }
 
     /// Seals `elems` in place with `kp` (their counters already reserved).

@@ -39,7 +39,8 @@ stats! {
     recv_calls,
     /// Datagrams those calls returned.
     datagrams_received,
-    /// Per-peer inbound batches handed to the crypto workers.
+    /// Per-peer inbound batches opened (a datagram read alone and opened by its reader counts
+    /// as one).
     inbound_containers,
     /// Bind send calls that succeeded.
     send_calls,
