@@ -36,6 +36,54 @@ fn zeroed_mmsghdr() -> libc::mmsghdr {
     unsafe { std::mem::zeroed() }
 }
 
+fn zeroed_msghdr() -> libc::msghdr {
+    // SAFETY: all-zero is a valid `msghdr`: null pointers, zero lengths and flags.
+    unsafe { std::mem::zeroed() }
+}
+
+/// One datagram to `dst` with `sendmsg(2)`, `src` as the sticky source when given. Header,
+/// address and control message live on the stack: a lone packet on an idle tunnel would
+/// otherwise touch a batch's worth of header arrays, each cold memory.
+pub fn send_one(
+    fd: BorrowedFd<'_>,
+    dst: &SocketAddr,
+    src: Option<&PktInfo>,
+    buf: &[u8],
+) -> io::Result<usize> {
+    let name = socket2::SockAddr::from(*dst);
+    let mut ctrl = CmsgBuf::new();
+    let clen = {
+        let mut w = ctrl.writer();
+        if let Some(s) = src {
+            w.pktinfo(s)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        }
+        w.len()
+    };
+    // The kernel only reads through a send iovec; the `*mut` is the C type's.
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut h = zeroed_msghdr();
+    h.msg_name = name.as_ptr() as *mut libc::c_void;
+    h.msg_namelen = name.len();
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    if clen > 0 {
+        h.msg_control = ctrl.as_mut_ptr();
+        h.msg_controllen = clen as _;
+    }
+    // SAFETY: `h` points to the address in `name` (length from socket2), to one iovec covering
+    // the borrowed `buf` (read-only for sendmsg) and to `clen` written bytes of `ctrl`; all
+    // live until the call returns, and nothing is retained after it.
+    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &h, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as usize)
+}
+
 fn zeroed_iovec() -> libc::iovec {
     libc::iovec {
         iov_base: ptr::null_mut(),

@@ -37,7 +37,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use socket2::Socket;
 use vpn_sys::cmsg::PktInfo;
-use vpn_sys::mmsg::{MsgPlan, SendBatch};
+use vpn_sys::mmsg::{self, MsgPlan, SendBatch};
 
 use crate::{
     err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, ReceiveFuncStarter,
@@ -69,6 +69,19 @@ impl Family {
     /// `sendmmsg` (to an address, or on a connected socket). A GSO fallback whose resend
     /// worked is reported after the remaining chunks went out; any other error stops. Closing
     /// the socket meanwhile turns the error into [`err_closed`].
+    /// One datagram (a lone packet: no batch scratch, see `mmsg::send_one`). A sticky source
+    /// the kernel refuses is dropped for a retry, as `send::send_all` does for batches.
+    fn send_one(&self, buf: &[u8], dst: &SocketAddr, src: Option<PktInfo>) -> io::Result<()> {
+        let sock = self.sock.read();
+        let sock = sock.as_ref().ok_or_else(err_closed)?;
+        match mmsg::send_one(sock.as_fd(), dst, src.as_ref(), buf) {
+            Err(e) if src.is_some() && send::is_bad_source(&e) => {
+                mmsg::send_one(sock.as_fd(), dst, None, buf).map(drop)
+            }
+            r => r.map(drop),
+        }
+    }
+
     fn send_batch<F>(
         &self,
         pool: &Mutex<Vec<SendScratch>>,
@@ -448,6 +461,13 @@ impl Bind for StdNetBind {
                 addr: s.ip,
                 ifindex: s.ifindex,
             });
+        if let [one] = bufs {
+            let result = fam.send_one(one, &dst, src);
+            if result.is_ok() {
+                self.stats.send(1, 0);
+            }
+            return result;
+        }
         let mut sent = Sent::default();
         let result = fam.send_batch(
             &self.send_pool,

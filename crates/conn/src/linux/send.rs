@@ -68,7 +68,7 @@ pub(super) struct Sent {
 /// for a source address no longer on any interface (what 6.x kernels return), ENODEV for a
 /// vanished interface index. A genuinely unreachable destination fails the same way again
 /// without the source, so the retry costs one syscall only on failures.
-fn is_bad_source(e: &io::Error) -> bool {
+pub(super) fn is_bad_source(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EINVAL | libc::EADDRNOTAVAIL | libc::ENODEV | libc::ENETUNREACH)

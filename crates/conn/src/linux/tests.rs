@@ -293,34 +293,26 @@ fn sticky_source_replies_from_the_address_the_peer_used() {
     let mut ep = got[0].1;
     assert_eq!(ep.dst, plain.local_addr().unwrap());
     assert_eq!(ep.src_ip(), Some("127.0.0.2".parse().unwrap()));
-    let mut buf = [0u8; 64];
-
-    b.send(&[b"from .2"], &ep).unwrap();
-    let (n, from) = plain.recv_from(&mut buf).unwrap();
-    assert_eq!(
-        (&buf[..n], from),
-        (&b"from .2"[..], SocketAddr::from(([127, 0, 0, 2], pb)))
-    );
-
+    // One datagram (sendmsg) and two (the batch path) from each source.
+    let check = |ep: &Endpoint, want: SocketAddr| {
+        for msgs in [&[&b"one"[..]][..], &[&b"two"[..], &b"three"[..]][..]] {
+            b.send(msgs, ep).unwrap();
+            for m in msgs {
+                let mut buf = [0u8; 64];
+                let (n, from) = plain.recv_from(&mut buf).unwrap();
+                assert_eq!((&buf[..n], from), (*m, want));
+            }
+        }
+    };
+    check(&ep, SocketAddr::from(([127, 0, 0, 2], pb)));
     ep.clear_src();
-    b.send(&[b"routed"], &ep).unwrap();
-    let (n, from) = plain.recv_from(&mut buf).unwrap();
-    assert_eq!(
-        (&buf[..n], from),
-        (&b"routed"[..], SocketAddr::from(([127, 0, 0, 1], pb)))
-    );
-
+    check(&ep, SocketAddr::from(([127, 0, 0, 1], pb)));
     // A source that is no longer local is dropped for the send, which still goes out.
     ep.src = Some(crate::StickySource {
         ip: "198.18.0.99".parse().unwrap(),
         ifindex: 0,
     });
-    b.send(&[b"stale"], &ep).unwrap();
-    let (n, from) = plain.recv_from(&mut buf).unwrap();
-    assert_eq!(
-        (&buf[..n], from),
-        (&b"stale"[..], SocketAddr::from(([127, 0, 0, 1], pb)))
-    );
+    check(&ep, SocketAddr::from(([127, 0, 0, 1], pb)));
     b.close().unwrap();
 }
 
