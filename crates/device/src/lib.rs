@@ -17,6 +17,7 @@ mod keypair;
 mod peer;
 pub mod pool;
 mod receive;
+mod route;
 mod send;
 mod stats;
 mod timers;

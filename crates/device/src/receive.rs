@@ -6,6 +6,7 @@ use crate::device::HandshakeJob;
 use crate::keypair::DevKeypair;
 use crate::peer::Peer;
 use crate::pool::{BufferPool, HEADROOM};
+use crate::route::LastRoute;
 use crate::DeviceInner;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -64,6 +65,8 @@ impl DeviceInner {
         // Per datagram of the batch: what to do with it.
         let mut acts: Vec<Act> = Vec::with_capacity(batch);
         let mut errors = 0;
+        // The inner-source check of the last lone datagram (see `LastRoute`).
+        let mut last_src = LastRoute::default();
         loop {
             let mut slices = recycle_slices(std::mem::take(&mut spare));
             slices.extend(bufs.iter_mut().map(|b| &mut b[..]));
@@ -93,7 +96,7 @@ impl DeviceInner {
                 .datagrams_received
                 .fetch_add(datagrams as u64, Ordering::Relaxed);
             let now = self.now();
-            if n == 1 && self.receive_lone(&mut bufs[0], sizes[0], eps[0], now) {
+            if n == 1 && self.receive_lone(&mut bufs[0], sizes[0], eps[0], now, &mut last_src) {
                 continue;
             }
             // Classify under the index's read lock; take replacement buffers only after it is
@@ -265,6 +268,7 @@ impl DeviceInner {
         size: usize,
         ep: Endpoint,
         now: vpn_proto::time::Instant,
+        last_src: &mut LastRoute,
     ) -> bool {
         let Some(Ok(hdr)) = buf.get(..size).map(TransportHeader::parse) else {
             return false;
@@ -290,7 +294,7 @@ impl DeviceInner {
                 e.ep = ep;
                 let mut e = [e];
                 self.open(&kps, &mut e);
-                self.deliver(&peer, &kps, &mut e);
+                self.deliver(&peer, &kps, &mut e, Some(last_src));
                 let [e] = e;
                 *buf = e.buf;
             },
@@ -330,13 +334,20 @@ impl DeviceInner {
     /// The sequential stage of the inbound path for one batch of a peer, in order.
     fn deliver_container(&self, c: Arc<Container<Arc<DevKeypair>>>) {
         if c.peer.is_running() {
-            self.deliver(&c.peer, &c.keypairs, &mut c.elems.lock().v);
+            self.deliver(&c.peer, &c.keypairs, &mut c.elems.lock().v, None);
         }
     }
 
     /// Replay check, key confirmation, roaming, the inner-source check and the TUN write for
-    /// opened packets of `peer` (`elems[i].kp` indexes `keypairs`).
-    fn deliver(&self, peer: &Arc<Peer>, keypairs: &[Arc<DevKeypair>], elems: &mut [Elem]) {
+    /// opened packets of `peer` (`elems[i].kp` indexes `keypairs`); the source check through
+    /// `last_src` when a reader thread keeps one.
+    fn deliver(
+        &self,
+        peer: &Arc<Peer>,
+        keypairs: &[Arc<DevKeypair>],
+        elems: &mut [Elem],
+        mut last_src: Option<&mut LastRoute>,
+    ) {
         let mut rx_bytes = 0u64;
         let mut last_valid = None;
         let mut write: SmallVec<[usize; 8]> = SmallVec::with_capacity(elems.len());
@@ -375,12 +386,16 @@ impl DeviceInner {
         // One read lock for the batch.
         {
             let table = self.allowed_ips.read();
+            let mut routes_back = |src| match last_src.as_deref_mut() {
+                Some(c) => c
+                    .lookup(&table, src)
+                    .is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
+                None => table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
+            };
             write.retain(|i| {
                 let e = &mut elems[*i];
                 match inner_packet_len(&e.buf[HEADROOM..HEADROOM + e.len]) {
-                    Some((len, src))
-                        if table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)) =>
-                    {
+                    Some((len, src)) if routes_back(src) => {
                         e.len = len;
                         true
                     }

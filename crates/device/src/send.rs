@@ -1,15 +1,14 @@
 //! The outbound path: TUN reader → route → stage → seal (workers) → send in order (§2.4).
 
-use crate::allowedips::AllowedIps;
 use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
 use crate::pool::HEADROOM;
+use crate::route::{peer_for, LastRoute};
 use crate::DeviceInner;
 use smallvec::SmallVec;
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use vpn_proto::transport::padded_len;
 
 impl DeviceInner {
@@ -58,7 +57,7 @@ impl DeviceInner {
             if n == 1 {
                 let peer = bufs[0]
                     .get(HEADROOM..HEADROOM + sizes[0])
-                    .and_then(|pkt| last_route.lookup(&self.allowed_ips.read(), pkt));
+                    .and_then(|pkt| last_route.lookup_dst(&self.allowed_ips.read(), pkt));
                 if let Some(peer) = peer {
                     if self.send_lone(&peer.0, &mut bufs[0], sizes[0]) {
                         continue;
@@ -194,48 +193,5 @@ impl DeviceInner {
                 tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send data packets: {e}");
             }
         }
-    }
-}
-
-/// The peer whose allowed IPs hold the packet's destination.
-fn peer_for<'t>(table: &'t AllowedIps<PeerRef>, pkt: &[u8]) -> Option<&'t PeerRef> {
-    table.lookup(destination(pkt)?)
-}
-
-/// The destination address of an IP packet.
-fn destination(pkt: &[u8]) -> Option<IpAddr> {
-    match pkt.first().map(|b| b >> 4) {
-        Some(4) if pkt.len() >= 20 => {
-            let dst: [u8; 4] = pkt[16..20].try_into().ok()?;
-            Some(IpAddr::from(dst))
-        }
-        Some(6) if pkt.len() >= 40 => {
-            let dst: [u8; 16] = pkt[24..40].try_into().ok()?;
-            Some(IpAddr::from(dst))
-        }
-        _ => None,
-    }
-}
-
-/// The route of the TUN reader's last lone packet. On a quiet tunnel the packets mostly go to
-/// one place, and the trie they would be looked up in is cold memory (a few µs per packet on
-/// this project's VM); the table's generation says when the answer may have changed.
-#[derive(Default)]
-struct LastRoute(Option<(u64, IpAddr, Weak<crate::Peer>)>);
-
-impl LastRoute {
-    fn lookup(&mut self, table: &AllowedIps<PeerRef>, pkt: &[u8]) -> Option<PeerRef> {
-        let dst = destination(pkt)?;
-        let generation = table.generation();
-        if let Some((g, d, peer)) = &self.0 {
-            if (*g, *d) == (generation, dst) {
-                if let Some(peer) = peer.upgrade() {
-                    return Some(PeerRef(peer));
-                }
-            }
-        }
-        let peer = table.lookup(dst)?.clone();
-        self.0 = Some((generation, dst, Arc::downgrade(&peer.0)));
-        Some(peer)
     }
 }
