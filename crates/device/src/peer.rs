@@ -263,21 +263,25 @@ impl Peer {
         }
     }
 
+    /// The current keypair if the device is up, this peer runs and the keypair may still send.
+    fn sending_keypair(&self, dev: &DeviceInner) -> Option<Arc<DevKeypair>> {
+        if !dev.is_up() || !self.is_running() {
+            return None;
+        }
+        let now = dev.now();
+        self.keypairs
+            .lock()
+            .current
+            .clone()
+            .filter(|k| k.can_send(now))
+    }
+
     /// The keypair and counter for one packet sent outside the staged queue (see
     /// `DeviceInner::send_lone`, which holds the ordered queue's drainer claim): the device is
     /// up, nothing is staged and the current keypair may send. The counter is reserved under
     /// the staged lock, so every batch queued later gets higher ones.
     pub(crate) fn lone_send_slot(&self, dev: &DeviceInner) -> Option<(Arc<DevKeypair>, u64)> {
-        if !dev.is_up() || !self.is_running() {
-            return None;
-        }
-        let now = dev.now();
-        let kp = self
-            .keypairs
-            .lock()
-            .current
-            .clone()
-            .filter(|k| k.can_send(now))?;
+        let kp = self.sending_keypair(dev)?;
         let staged = self.staged.lock();
         if !staged.is_empty() {
             return None;
@@ -295,14 +299,7 @@ impl Peer {
         if !dev.is_up() || !self.is_running() {
             return;
         }
-        let now = dev.now();
-        let kp = self
-            .keypairs
-            .lock()
-            .current
-            .clone()
-            .filter(|k| k.can_send(now));
-        let Some(kp) = kp else {
+        let Some(kp) = self.sending_keypair(&dev) else {
             if !self.staged.lock().is_empty() {
                 dev.send_handshake_initiation(self, false);
             }
