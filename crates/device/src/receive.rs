@@ -3,6 +3,7 @@
 
 use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::device::HandshakeJob;
+use crate::index::LastIndex;
 use crate::keypair::DevKeypair;
 use crate::peer::Peer;
 use crate::pool::{BufferPool, HEADROOM};
@@ -65,8 +66,11 @@ impl DeviceInner {
         // Per datagram of the batch: what to do with it.
         let mut acts: Vec<Act> = Vec::with_capacity(batch);
         let mut errors = 0;
-        // The inner-source check of the last lone datagram (see `LastRoute`).
+        // The last lone datagram's keypair lookup and inner-source check (see `LastIndex`,
+        // `LastRoute`).
+        let mut last_index = LastIndex::default();
         let mut last_src = LastRoute::default();
+
         loop {
             let mut slices = recycle_slices(std::mem::take(&mut spare));
             slices.extend(bufs.iter_mut().map(|b| &mut b[..]));
@@ -96,7 +100,15 @@ impl DeviceInner {
                 .datagrams_received
                 .fetch_add(datagrams as u64, Ordering::Relaxed);
             let now = self.now();
-            if n == 1 && self.receive_lone(&mut bufs[0], sizes[0], eps[0], now, &mut last_src) {
+            if n == 1
+                && self.receive_lone(
+                    &mut bufs[0],
+                    sizes[0],
+                    eps[0],
+                    now,
+                    (&mut last_index, &mut last_src),
+                )
+            {
                 continue;
             }
             // Classify under the index's read lock; take replacement buffers only after it is
@@ -268,14 +280,16 @@ impl DeviceInner {
         size: usize,
         ep: Endpoint,
         now: vpn_proto::time::Instant,
-        last_src: &mut LastRoute,
+        (last_index, last_src): (&mut LastIndex, &mut LastRoute),
     ) -> bool {
         let Some(Ok(hdr)) = buf.get(..size).map(TransportHeader::parse) else {
             return false;
         };
-        let kp = match self.index.map.read().get(&hdr.receiver_index) {
-            Some(crate::index::IndexEntry::Keypair(kp)) if kp.can_receive(now) => kp.clone(),
-            _ => return false,
+        let Some(kp) = last_index
+            .keypair(&self.index, hdr.receiver_index)
+            .filter(|kp| kp.can_receive(now))
+        else {
+            return false;
         };
         let Some(peer) = kp.peer.upgrade() else {
             return false;

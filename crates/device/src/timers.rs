@@ -158,6 +158,7 @@ impl TimerWheel {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
+            self.clock.refresh();
             let now = self.clock.now();
             let mut due = Vec::new();
             {

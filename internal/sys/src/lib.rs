@@ -2,8 +2,9 @@
 //!
 //! `vpn-conn` forbids `unsafe`; everything that has to hand raw pointers to the kernel lives
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
-//! ([`mmsg`]), building and parsing control messages ([`cmsg`]) and integer socket options
-//! ([`sockopt`]). Every `unsafe` block carries a `// SAFETY:` comment, and every module has
+//! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
+//! ([`sockopt`]), the daemon's process plumbing ([`daemon`]) and the CPU's cycle counter
+//! ([`cycles`]). Every `unsafe` block carries a `// SAFETY:` comment, and every module has
 //! tests of its own against real sockets on loopback.
 //!
 //! The crate is empty on other targets.
@@ -13,6 +14,8 @@
 
 #[cfg(target_os = "linux")]
 pub mod cmsg;
+#[cfg(target_os = "linux")]
+pub mod cycles;
 #[cfg(target_os = "linux")]
 pub mod daemon;
 #[cfg(target_os = "linux")]

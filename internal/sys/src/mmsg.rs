@@ -93,13 +93,21 @@ fn zeroed_iovec() -> libc::iovec {
 
 /// Reusable state for `recvmmsg`.
 pub struct RecvBatch {
+    /// `recvmmsg` takes the headers as one array.
     hdrs: Vec<libc::mmsghdr>,
-    iovs: Vec<libc::iovec>,
-    names: Vec<libc::sockaddr_storage>,
-    ctrl: Vec<CmsgBuf>,
+    /// Everything else a datagram's header points to, side by side: a lone datagram on an idle
+    /// tunnel then finds its iovec, address and control message in one cold page, not three.
+    slots: Vec<RecvSlot>,
 }
 
-// SAFETY: the raw pointers in `hdrs` and `iovs` are only written and handed to the kernel
+/// The buffers one received datagram's header points to.
+struct RecvSlot {
+    iov: libc::iovec,
+    name: libc::sockaddr_storage,
+    ctrl: CmsgBuf,
+}
+
+// SAFETY: the raw pointers in `hdrs` and `slots` are only written and handed to the kernel
 // inside `recv`, which overwrites every one it uses before the syscall; they are never
 // dereferenced by this code, so moving the batch to another thread cannot make it touch
 // memory it does not own.
@@ -110,10 +118,14 @@ impl RecvBatch {
     pub fn new(max: usize) -> Self {
         RecvBatch {
             hdrs: (0..max).map(|_| zeroed_mmsghdr()).collect(),
-            iovs: (0..max).map(|_| zeroed_iovec()).collect(),
-            // SAFETY: all-zero is a valid `sockaddr_storage` (AF_UNSPEC).
-            names: (0..max).map(|_| unsafe { std::mem::zeroed() }).collect(),
-            ctrl: vec![CmsgBuf::new(); max],
+            slots: (0..max)
+                .map(|_| RecvSlot {
+                    iov: zeroed_iovec(),
+                    // SAFETY: all-zero is a valid `sockaddr_storage` (AF_UNSPEC).
+                    name: unsafe { std::mem::zeroed() },
+                    ctrl: CmsgBuf::new(),
+                })
+                .collect(),
         }
     }
 
@@ -157,17 +169,18 @@ impl RecvBatch {
             return Ok(0);
         }
         for (i, buf) in bufs.iter_mut().step_by(stride).take(n).enumerate() {
-            self.iovs[i] = libc::iovec {
+            let slot = &mut self.slots[i];
+            slot.iov = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
                 iov_len: buf.len().min(max_len),
             };
             let h = &mut self.hdrs[i];
             h.msg_len = 0;
-            h.msg_hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_name = (&mut slot.name as *mut libc::sockaddr_storage).cast();
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iov = &mut slot.iov;
             h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = self.ctrl[i].as_mut_ptr();
+            h.msg_hdr.msg_control = slot.ctrl.as_mut_ptr();
             h.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
             h.msg_hdr.msg_flags = 0;
         }
@@ -191,14 +204,15 @@ impl RecvBatch {
         let got = (r as usize).min(n);
         for (i, m) in meta.iter_mut().take(got).enumerate() {
             let h = &self.hdrs[i];
+            let slot = &self.slots[i];
             // `msg_controllen` is `size_t` on glibc but `socklen_t` on musl.
             #[allow(clippy::unnecessary_cast)]
             let clen = (h.msg_hdr.msg_controllen as usize).min(CMSG_BUF_LEN);
-            let parsed = cmsg::parse(&self.ctrl[i].as_bytes()[..clen]);
+            let parsed = cmsg::parse(&slot.ctrl.as_bytes()[..clen]);
             *m = RecvMeta {
-                len: (h.msg_len as usize).min(self.iovs[i].iov_len),
+                len: (h.msg_len as usize).min(slot.iov.iov_len),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
-                addr: from_storage(&self.names[i], h.msg_hdr.msg_namelen),
+                addr: from_storage(&slot.name, h.msg_hdr.msg_namelen),
                 pktinfo: parsed.pktinfo,
                 gro_size: parsed.gro_size,
             };
