@@ -1,66 +1,95 @@
-//! Release builds of `vpn` on x86_64 Linux link with the per-packet functions side by side.
+//! Release builds of `vpn` on Linux link with the per-packet functions side by side.
 //!
 //! A packet on a quiet tunnel finds the code it runs through cold: every 4 KiB page of it is a
 //! TLB miss and a cache miss. `hot-symbols.txt` (written by `netns-tests/hot-symbols.sh` from a
 //! profile) lists those functions; lld's `--symbol-ordering-file` puts them first in `.text`,
 //! about 25 pages instead of about 50 spread over 2 MiB (`docs/design-notes.md`, "Packet path on
 //! a quiet tunnel"). Names the linker does not find are skipped, so a stale list costs only the
-//! gain. Only where lld is the linker: rustc's default on x86_64-unknown-linux-gnu since 1.90,
-//! unless the build picks another linker.
+//! gain.
+//!
+//! Whether the linker takes the option is not guessed from the toolchain: rustc's own lld does
+//! (the default on x86_64-unknown-linux-gnu since 1.90), GNU ld does not, and a distribution's
+//! rustc or a configured linker may be either. The script links an empty program with the
+//! build's own rustc, target, flags and linker and the option, and passes the option only if
+//! that link succeeds. `VPN_NO_SYMBOL_ORDER=1` skips it.
 
 use std::env;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 fn main() {
     println!("cargo:rerun-if-changed=hot-symbols.txt");
     println!("cargo:rerun-if-env-changed=VPN_NO_SYMBOL_ORDER");
-    println!("cargo:rerun-if-env-changed=CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER");
-    // Debug builds are not measured: nothing to say.
-    if env::var("PROFILE").as_deref() != Ok("release") {
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
+    // Debug builds are not measured; the option is for ELF linkers.
+    if env::var("PROFILE").as_deref() != Ok("release")
+        || env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux")
+        || env::var_os("VPN_NO_SYMBOL_ORDER").is_some_and(|v| v != "0")
+    {
         return;
     }
-    if let Err(why) = linker_is_lld() {
-        println!("cargo:warning=hot-symbol ordering off: {why}");
+    let list = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default())
+        .join("hot-symbols.txt");
+    let (Some(list), Some(out)) = (list.to_str(), env::var_os("OUT_DIR")) else {
+        return; // a path the linker arguments cannot carry: leave the layout alone
+    };
+    if !linker_takes_ordering(Path::new(&out)) {
         return;
     }
-    let dir = env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
-    println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={dir}/hot-symbols.txt");
-    println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+    // `-Xlinker` pairs, not `-Wl,`: a comma in the path would split it.
+    for arg in [
+        "-Xlinker".to_string(),
+        format!("--symbol-ordering-file={list}"),
+        "-Xlinker".to_string(),
+        "--no-warn-symbol-ordering".to_string(),
+    ] {
+        println!("cargo:rustc-link-arg-bins={arg}");
+    }
 }
 
-/// Whether this build links with rustc's default lld (the option is lld's: another linker would
-/// fail on it).
-fn linker_is_lld() -> Result<(), String> {
-    if env::var_os("VPN_NO_SYMBOL_ORDER").is_some() {
-        return Err("VPN_NO_SYMBOL_ORDER is set".into());
+/// Links an empty program the way this build links `vpn`, with the ordering options and an
+/// empty list. False if anything fails: the build then goes on without the layout.
+fn linker_takes_ordering(out: &Path) -> bool {
+    let dir = out.join("symbol-order-probe");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return false;
     }
-    let target = env::var("TARGET").unwrap_or_default();
-    if target != "x86_64-unknown-linux-gnu" {
-        return Err(format!("{target} does not link with lld by default"));
+    let src = dir.join("probe.rs");
+    let list = dir.join("empty.txt");
+    if std::fs::write(&src, "fn main() {}\n").is_err() || std::fs::write(&list, "").is_err() {
+        return false;
     }
-    if env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_some() {
-        return Err("a linker is configured for the target".into());
+    let Some(list) = list.to_str() else {
+        return false;
+    };
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let mut cmd = Command::new(rustc);
+    cmd.arg("--crate-name=probe")
+        .arg("--crate-type=bin")
+        .arg("--edition=2021")
+        .arg("-Copt-level=0")
+        .arg("-Cdebuginfo=0")
+        .arg("--out-dir")
+        .arg(&dir)
+        .arg("--target")
+        .arg(env::var("TARGET").unwrap_or_default());
+    // The build's own flags: they may choose the linker or its features.
+    if let Ok(flags) = env::var("CARGO_ENCODED_RUSTFLAGS") {
+        cmd.args(flags.split('\x1f').filter(|f| !f.is_empty()));
     }
-    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
-    if flags.split('\x1f').any(|f| {
-        f.contains("linker=") || f.contains("linker-features=-lld") || f.contains("fuse-ld")
-    }) {
-        return Err("RUSTFLAGS choose the linker".into());
+    // The linker cargo resolved for the target (`target.<triple>.linker`), if one is set.
+    if let Some(linker) = env::var_os("RUSTC_LINKER") {
+        let mut arg = std::ffi::OsString::from("-Clinker=");
+        arg.push(linker);
+        cmd.arg(arg);
     }
-    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let version = Command::new(rustc)
-        .arg("-vV")
-        .output()
-        .map_err(|e| format!("rustc -vV: {e}"))?;
-    let text = String::from_utf8_lossy(&version.stdout);
-    let minor = text
-        .lines()
-        .find_map(|l| l.strip_prefix("release: "))
-        .and_then(|v| v.split('.').nth(1))
-        .and_then(|m| m.parse::<u32>().ok())
-        .ok_or("rustc version not recognised")?;
-    if minor < 90 {
-        return Err(format!("rustc 1.{minor} links with the system linker"));
-    }
-    Ok(())
+    cmd.arg("-Clink-arg=-Xlinker")
+        .arg(format!("-Clink-arg=--symbol-ordering-file={list}"))
+        .arg("-Clink-arg=-Xlinker")
+        .arg("-Clink-arg=--no-warn-symbol-ordering")
+        .arg(&src)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd.status().is_ok_and(|s| s.success())
 }

@@ -29,8 +29,8 @@ impl IndexEntry {
 
 #[derive(Default)]
 pub(crate) struct IndexTable {
-    /// Read it freely; change it only through the methods, which count `generation`.
-    pub map: RwLock<HashMap<u32, IndexEntry>>,
+    /// Changed only through the methods, which count `generation`.
+    map: RwLock<HashMap<u32, IndexEntry>>,
     /// Bumped under the write lock after every change (see [`LastIndex`]).
     generation: AtomicU64,
 }
@@ -68,6 +68,11 @@ impl IndexTable {
 
     pub fn get(&self, idx: u32) -> Option<IndexEntry> {
         self.map.read().get(&idx).cloned()
+    }
+
+    /// The table, read-locked: for looking up a whole batch under one lock.
+    pub fn read(&self) -> parking_lot::RwLockReadGuard<'_, HashMap<u32, IndexEntry>> {
+        self.map.read()
     }
 }
 

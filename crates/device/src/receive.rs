@@ -116,7 +116,7 @@ impl DeviceInner {
             // needs the index's write lock before it can give buffers back).
             acts.clear();
             {
-                let index = self.index.map.read();
+                let index = self.index.read();
                 for i in 0..n {
                     let size = sizes[i];
                     if size < TRANSPORT_MIN_SIZE || size > bufs[i].len() {
