@@ -165,6 +165,76 @@ fn inner_source_must_belong_to_the_sending_peer() {
 }
 
 #[test]
+fn interleaved_sources_in_batches_are_each_checked() {
+    // Readers remember the previous packet's route within a batch (same source or destination,
+    // same answer); a spoofed source between genuine ones must still be judged on its own, in
+    // whatever batches the packets arrive.
+    let net = MemoryNetwork::new();
+    let (a, b) = pair(&net, 16, None);
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    while b.tun.try_recv().is_some() {}
+    let before = b.dev.stats().drop_source_not_allowed;
+    let spoof_src: IpAddr = "100.64.0.77".parse().unwrap();
+    let rounds = 200u32;
+    for i in 0..rounds {
+        let genuine = format!("genuine {i}");
+        a.send_udp(&b, false, genuine.as_bytes());
+        let spoofed = udp_packet(spoof_src, IpAddr::V4(b.v4), 1, 2, b"spoof");
+        assert!(a.tun.inject(spoofed));
+    }
+    let mut got = Vec::new();
+    while got.len() < rounds as usize {
+        let Some(p) = b.recv(Duration::from_secs(10)) else {
+            break;
+        };
+        assert_ne!(udp_payload(&p), b"spoof", "a spoofed source was delivered");
+        got.push(String::from_utf8_lossy(udp_payload(&p)).into_owned());
+    }
+    let want: Vec<String> = (0..rounds).map(|i| format!("genuine {i}")).collect();
+    assert_eq!(got, want, "every genuine packet, in order");
+    assert!(wait_for(Duration::from_secs(5), || b
+        .dev
+        .stats()
+        .drop_source_not_allowed
+        - before
+        == u64::from(rounds)));
+}
+
+#[test]
+fn interleaved_destinations_in_batches_reach_their_own_peers() {
+    // The TUN reader reuses the previous packet's route for the same destination within a
+    // batch; packets alternating between two peers must each still go to their own.
+    let net = MemoryNetwork::new();
+    let a = Node::new(&net, 1, 16, None);
+    let b = Node::new(&net, 2, 16, None);
+    let c = Node::new(&net, 3, 16, None);
+    for other in [&b, &c] {
+        a.add_peer(other, "");
+        other.add_peer(&a, "");
+    }
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    assert!(ping(&a, &c, false, Duration::from_secs(5)));
+    while b.tun.try_recv().is_some() {}
+    while c.tun.try_recv().is_some() {}
+    let rounds = 200u32;
+    for i in 0..rounds {
+        a.send_udp(&b, false, format!("to b {i}").as_bytes());
+        a.send_udp(&c, false, format!("to c {i}").as_bytes());
+    }
+    for (node, name) in [(&b, "b"), (&c, "c")] {
+        let mut got = Vec::new();
+        while got.len() < rounds as usize {
+            let Some(p) = node.recv(Duration::from_secs(10)) else {
+                break;
+            };
+            got.push(String::from_utf8_lossy(udp_payload(&p)).into_owned());
+        }
+        let want: Vec<String> = (0..rounds).map(|i| format!("to {name} {i}")).collect();
+        assert_eq!(got, want, "{name} gets its own packets, all, in order");
+    }
+}
+
+#[test]
 fn replayed_transport_packets_are_dropped() {
     let net = MemoryNetwork::new();
     let (a, b) = pair(&net, 1, None);

@@ -10,6 +10,7 @@ use crate::pool::{BufferPool, HEADROOM};
 use crate::route::LastRoute;
 use crate::DeviceInner;
 use smallvec::SmallVec;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -399,12 +400,24 @@ impl DeviceInner {
         // Crypto-key routing, reverse direction: the inner source must route back to this peer.
         // One read lock for the batch.
         {
+            // A batch is mostly one flow: the previous packet's verdict answers the next one
+            // from the same source without walking the trie again (same table, same lock).
             let table = self.allowed_ips.read();
-            let mut routes_back = |src| match last_src.as_deref_mut() {
-                Some(c) => c
-                    .lookup(&table, src)
-                    .is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
-                None => table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
+            let mut prev: Option<(IpAddr, bool)> = None;
+            let mut routes_back = |src| {
+                if let Some((s, ok)) = prev {
+                    if s == src {
+                        return ok;
+                    }
+                }
+                let ok = match last_src.as_deref_mut() {
+                    Some(c) => c
+                        .lookup(&table, src)
+                        .is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
+                    None => table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
+                };
+                prev = Some((src, ok));
+                ok
             };
             write.retain(|i| {
                 let e = &mut elems[*i];

@@ -5,13 +5,8 @@ use crate::peer::PeerRef;
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 
-/// The peer whose allowed IPs hold the packet's destination.
-pub(crate) fn peer_for<'t>(table: &'t AllowedIps<PeerRef>, pkt: &[u8]) -> Option<&'t PeerRef> {
-    table.lookup(destination(pkt)?)
-}
-
 /// The destination address of an IP packet.
-fn destination(pkt: &[u8]) -> Option<IpAddr> {
+pub(crate) fn destination(pkt: &[u8]) -> Option<IpAddr> {
     match pkt.first().map(|b| b >> 4) {
         Some(4) if pkt.len() >= 20 => {
             let dst: [u8; 4] = pkt[16..20].try_into().ok()?;

@@ -4,9 +4,10 @@ use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
 use crate::pool::HEADROOM;
-use crate::route::{peer_for, LastRoute};
+use crate::route::{destination, LastRoute};
 use crate::DeviceInner;
 use smallvec::SmallVec;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vpn_proto::transport::padded_len;
@@ -67,13 +68,24 @@ impl DeviceInner {
             route.clear();
             {
                 let table = self.allowed_ips.read();
+                // A batch is mostly one flow (a TSO frame's segments all share a destination):
+                // the previous packet's group answers the next one to the same address.
+                let mut prev: Option<(IpAddr, usize)> = None;
                 for i in 0..n.min(batch) {
                     let size = sizes[i];
-                    let Some(pkt) = bufs[i].get(HEADROOM..HEADROOM + size) else {
+                    let Some(dst) = bufs[i].get(HEADROOM..HEADROOM + size).and_then(destination)
+                    else {
+                        self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
                         route.push(None);
                         continue;
                     };
-                    let Some(peer) = peer_for(&table, pkt) else {
+                    if let Some((d, g)) = prev {
+                        if d == dst {
+                            route.push(Some(g));
+                            continue;
+                        }
+                    }
+                    let Some(peer) = table.lookup(dst) else {
                         self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
                         route.push(None);
                         continue;
@@ -85,6 +97,7 @@ impl DeviceInner {
                             groups.len() - 1
                         }
                     };
+                    prev = Some((dst, g));
                     route.push(Some(g));
                 }
             }

@@ -141,6 +141,14 @@ impl LinuxTun {
         Self::from_fd(sys::into_owned_fd(dev), 0)
     }
 
+    /// Whether the write path verifies each packet's transport checksum before merging it into a
+    /// super-packet ([`GroTable::set_verify_checksums`]). Off by default: what a WireGuard device
+    /// writes was authenticated by Poly1305 just before, and the kernel's WireGuard trusts its
+    /// decrypted packets the same way. Turn it on when something else writes to this TUN.
+    pub fn set_verify_checksums(&self, verify: bool) {
+        self.gro.lock().set_verify_checksums(verify);
+    }
+
     /// Wraps an open TUN fd (an embedder's, e.g. Android's VpnService). With `IFF_VNET_HDR`
     /// the TCP offloads are required and USO is tried; without it there is no offload (one
     /// packet per `read(2)`, batched by reading ahead). Sets the MTU unless `mtu` is 0.
@@ -192,7 +200,11 @@ impl LinuxTun {
                 pending: 0,
                 last_gso: false,
             }),
-            gro: Mutex::new(GroTable::new()),
+            gro: Mutex::new({
+                let mut gro = GroTable::new();
+                gro.set_verify_checksums(false);
+                gro
+            }),
             events,
             stop_events: Mutex::new(Some(stop_tx)),
             listener: Mutex::new(Some(listener)),

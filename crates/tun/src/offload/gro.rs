@@ -153,6 +153,9 @@ pub struct GroTable {
     udp: Vec<UdpItem>,
     to_write: Vec<usize>,
     lens: Vec<usize>,
+    /// Whether a packet's transport checksum is verified before it is merged (see
+    /// [`set_verify_checksums`](Self::set_verify_checksums)).
+    verify: bool,
 }
 
 impl Default for GroTable {
@@ -170,7 +173,26 @@ impl GroTable {
             udp: Vec::with_capacity(BATCH),
             to_write: Vec::with_capacity(BATCH),
             lens: Vec::with_capacity(BATCH),
+            verify: true,
         }
+    }
+
+    /// Whether packets' transport checksums are verified before they are merged (the default,
+    /// as wireguard-go does). A merged packet goes to the kernel as `CHECKSUM_PARTIAL`, which the
+    /// local stack takes as verified, so a packet with a bad checksum merged without this check
+    /// is delivered where alone it would have been dropped.
+    ///
+    /// A WireGuard device turns it off: every packet it writes was authenticated by Poly1305 a
+    /// moment before, which is what the kernel's own WireGuard relies on to mark every packet it
+    /// receives `CHECKSUM_UNNECESSARY` ("all checksums of every layer of encapsulation have
+    /// already been checked"). Verifying costs a pass over every payload byte.
+    pub fn set_verify_checksums(&mut self, verify: bool) {
+        self.verify = verify;
+    }
+
+    /// The transport checksum check of merging, unless verification is off.
+    fn verified(&self, pkt: &[u8], iph_len: u8, proto: u8, v6: bool) -> bool {
+        !self.verify || checksum_valid(pkt, iph_len, proto, v6)
     }
 
     /// Indices (into the `bufs` given to [`coalesce`](Self::coalesce)) of the buffers to write,
@@ -353,11 +375,11 @@ impl GroTable {
                 return Merge::PshEnding;
             }
             let target = &bufs[item.index].as_ref()[offset..offset + item_len];
-            if item.merged == 0 && !checksum_valid(target, iph, IPPROTO_TCP, v6) {
+            if item.merged == 0 && !self.verified(target, iph, IPPROTO_TCP, v6) {
                 return Merge::ItemBadChecksum;
             }
             let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
-            if !checksum_valid(pkt, iph, IPPROTO_TCP, v6) {
+            if !self.verified(pkt, iph, IPPROTO_TCP, v6) {
                 return Merge::PacketBadChecksum;
             }
             item.seq = seq;
@@ -373,11 +395,11 @@ impl GroTable {
                 return Merge::NoRoom;
             }
             let target = &bufs[item.index].as_ref()[offset..offset + item_len];
-            if item.merged == 0 && !checksum_valid(target, iph, IPPROTO_TCP, v6) {
+            if item.merged == 0 && !self.verified(target, iph, IPPROTO_TCP, v6) {
                 return Merge::ItemBadChecksum;
             }
             let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
-            if !checksum_valid(pkt, iph, IPPROTO_TCP, v6) {
+            if !self.verified(pkt, iph, IPPROTO_TCP, v6) {
                 return Merge::PacketBadChecksum;
             }
             let (lo, hi) = bufs.split_at_mut(pi);
@@ -465,12 +487,12 @@ impl GroTable {
         }
         let target = &bufs[item.index].as_ref()[offset..offset + item_len];
         if item.merged == 0
-            && (item.csum_invalid || !checksum_valid(target, item.iph_len, IPPROTO_UDP, v6))
+            && (item.csum_invalid || !self.verified(target, item.iph_len, IPPROTO_UDP, v6))
         {
             return Merge::ItemBadChecksum;
         }
         let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
-        if !checksum_valid(pkt, item.iph_len, IPPROTO_UDP, v6) {
+        if !self.verified(pkt, item.iph_len, IPPROTO_UDP, v6) {
             return Merge::PacketBadChecksum;
         }
         let (lo, hi) = bufs.split_at_mut(pi);
