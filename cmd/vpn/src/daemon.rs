@@ -27,6 +27,7 @@ use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
 /// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
 const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
 use vpn_device::clock::{Clock, Counter, CycleClock};
+use vpn_device::sched::Scheduling;
 use vpn_device::{Device, Logger, Options};
 use vpn_proto::time::Instant;
 use vpn_sys::cycles::{TimeJumps, Tsc};
@@ -81,6 +82,16 @@ fn daemon_clock() -> Arc<dyn Clock> {
         return Arc::new(BootTimeClock);
     }
     clock
+}
+
+/// Data-path threads become `SCHED_BATCH` threads while the device moves bulk traffic (see
+/// `vpn_device::sched`).
+struct SchedBatch;
+
+impl Scheduling for SchedBatch {
+    fn set_bulk(&self, bulk: bool) -> std::io::Result<()> {
+        vpn_sys::sched::set_batch(bulk)
+    }
 }
 
 /// Resets `clock`'s interpolation whenever `jumps` says time jumped; returns once the clock
@@ -258,6 +269,10 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
         clock: daemon_clock(),
         receive_pool_bytes: vpn_device::DEFAULT_RECEIVE_POOL_BYTES
             + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
+        // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
+        scheduling: std::env::var("VPN_SCHED_BATCH")
+            .map_or(true, |v| v != "0")
+            .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
         ..Options::default()
     };
     let dev = Arc::new(Device::with_options(

@@ -47,6 +47,9 @@ pub struct Options {
     pub receive_pool_bytes: usize,
     /// Cap on transmit buffers in bytes.
     pub send_pool_bytes: usize,
+    /// How the data-path threads are marked while the device carries bulk traffic (the daemon
+    /// passes `SCHED_BATCH` on Linux; see [`crate::sched`]). `None`: left alone.
+    pub scheduling: Option<Arc<dyn crate::sched::Scheduling>>,
 }
 
 impl Default for Options {
@@ -56,6 +59,7 @@ impl Default for Options {
             workers: 0,
             receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
             send_pool_bytes: DEFAULT_SEND_POOL_BYTES,
+            scheduling: None,
         }
     }
 }
@@ -138,6 +142,8 @@ pub(crate) struct DeviceInner {
     pub(crate) batch_size: usize,
     pub(crate) rate_limiter: Mutex<RateLimiter>,
     pub(crate) under_load_until: AtomicU64,
+    /// Whether the device carries bulk traffic, for the data-path threads' scheduling hint.
+    pub(crate) bulk: crate::sched::Bulk,
     pub(crate) timers: Arc<TimerWheel>,
     pub(crate) stats: DeviceStats,
     pub(crate) broken_roaming: AtomicBool,
@@ -229,6 +235,7 @@ impl Device {
             batch_size,
             rate_limiter: Mutex::new(RateLimiter::new()),
             under_load_until: AtomicU64::new(0),
+            bulk: crate::sched::Bulk::new(opts.scheduling.clone()),
             stats: DeviceStats::default(),
             broken_roaming: AtomicBool::new(false),
             workers,
@@ -452,7 +459,26 @@ impl DeviceInner {
     }
 
     fn crypto_worker(&self) {
-        while let Ok(job) = self.crypto_rx.recv() {
+        let mut bulk = crate::sched::ThreadBulk::default();
+        loop {
+            // Marked busy, wait at most a while: a worker idle after a bulk period unmarks
+            // itself then, once, rather than keeping the mark until its next job.
+            let job = if bulk.is_marked() {
+                match self.crypto_rx.recv_timeout(2 * crate::sched::BULK_HOLD) {
+                    Ok(job) => job,
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        self.bulk.follow_device(&mut bulk, self.now());
+                        continue;
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match self.crypto_rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                }
+            };
+            self.bulk.follow_device(&mut bulk, self.now());
             match job {
                 Job::Encrypt(c) => self.encrypt_and_send(c),
                 Job::Decrypt(c) => self.decrypt_and_deliver(c),

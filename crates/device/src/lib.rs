@@ -18,6 +18,7 @@ mod peer;
 pub mod pool;
 mod receive;
 mod route;
+pub mod sched;
 mod send;
 mod stats;
 mod timers;

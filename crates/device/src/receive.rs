@@ -71,6 +71,7 @@ impl DeviceInner {
         // `LastRoute`).
         let mut last_index = LastIndex::default();
         let mut last_src = LastRoute::default();
+        let mut bulk = crate::sched::ThreadBulk::default();
 
         loop {
             let mut slices = recycle_slices(std::mem::take(&mut spare));
@@ -101,6 +102,7 @@ impl DeviceInner {
                 .datagrams_received
                 .fetch_add(datagrams as u64, Ordering::Relaxed);
             let now = self.now();
+            self.bulk.observe(&mut bulk, datagrams, now);
             if n == 1
                 && self.receive_lone(
                     &mut bufs[0],

@@ -27,6 +27,7 @@ impl DeviceInner {
         // Per packet of the batch: the group it goes to.
         let mut route: Vec<Option<usize>> = Vec::with_capacity(batch);
         let mut last_route = LastRoute::default();
+        let mut bulk = crate::sched::ThreadBulk::default();
         loop {
             let mut slices = recycle_slices(std::mem::take(&mut spare));
             slices.extend(bufs.iter_mut().map(|b| &mut b[..]));
@@ -52,6 +53,9 @@ impl DeviceInner {
             self.stats
                 .tun_packets_read
                 .fetch_add(n as u64, Ordering::Relaxed);
+            if self.bulk.needs_observe(&bulk, n) {
+                self.bulk.observe(&mut bulk, n, self.now());
+            }
             // Route under the table's read lock, then take replacement buffers with no lock
             // held: taking a buffer may wait for the pool, and nobody may wait while holding a
             // lock the pipeline needs to give buffers back.

@@ -3,8 +3,8 @@
 //! `vpn-conn` forbids `unsafe`; everything that has to hand raw pointers to the kernel lives
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
-//! ([`sockopt`]), the daemon's process plumbing ([`daemon`]) and the CPU's cycle counter
-//! ([`cycles`]). Every `unsafe` block carries a `// SAFETY:` comment, and every module has
+//! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
+//! ([`cycles`]) and the data-path threads' scheduling policy ([`sched`]). Every `unsafe` block carries a `// SAFETY:` comment, and every module has
 //! tests of its own against real sockets on loopback.
 //!
 //! The crate is empty on other targets.
@@ -20,6 +20,8 @@ pub mod cycles;
 pub mod daemon;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
+#[cfg(target_os = "linux")]
+pub mod sched;
 #[cfg(target_os = "linux")]
 mod sockaddr;
 #[cfg(target_os = "linux")]
