@@ -84,13 +84,13 @@ fn daemon_clock() -> Arc<dyn Clock> {
     clock
 }
 
-/// Data-path threads become `SCHED_BATCH` threads while the device moves bulk traffic (see
-/// `vpn_device::sched`).
+/// A data-path thread carrying the light direction of bulk traffic becomes a `SCHED_BATCH`
+/// thread (see `vpn_device::sched`).
 struct SchedBatch;
 
 impl Scheduling for SchedBatch {
-    fn set_bulk(&self, bulk: bool) -> std::io::Result<()> {
-        vpn_sys::sched::set_batch(bulk)
+    fn set_light(&self, light: bool) -> std::io::Result<()> {
+        vpn_sys::sched::set_batch(light)
     }
 }
 

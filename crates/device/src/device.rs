@@ -459,26 +459,7 @@ impl DeviceInner {
     }
 
     fn crypto_worker(&self) {
-        let mut bulk = crate::sched::ThreadBulk::default();
-        loop {
-            // Marked busy, wait at most a while: a worker idle after a bulk period unmarks
-            // itself then, once, rather than keeping the mark until its next job.
-            let job = if bulk.is_marked() {
-                match self.crypto_rx.recv_timeout(2 * crate::sched::BULK_HOLD) {
-                    Ok(job) => job,
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                        self.bulk.follow_device(&mut bulk, self.now());
-                        continue;
-                    }
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-                }
-            } else {
-                match self.crypto_rx.recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                }
-            };
-            self.bulk.follow_device(&mut bulk, self.now());
+        while let Ok(job) = self.crypto_rx.recv() {
             match job {
                 Job::Encrypt(c) => self.encrypt_and_send(c),
                 Job::Decrypt(c) => self.decrypt_and_deliver(c),

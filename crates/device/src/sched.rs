@@ -5,14 +5,16 @@
 //! the ACKs the other way, and the kernel lets a thread that wakes up preempt the one running.
 //! Every few ACK datagrams wake the ACK thread, which preempts the data thread in the middle
 //! of its batch: about 5 000 preemptions per second per side on the benchmark VM, each costing
-//! both threads their caches. Marked as batch threads (Linux `SCHED_BATCH`: they do not preempt
-//! on wake-up, the scheduler tick still shares the CPU), the ACK thread waits for the data
-//! thread to block and then takes a whole batch of ACKs at once: 12 % more TCP throughput
-//! with 12 % less CPU per byte (`docs/design-notes.md`).
+//! both threads their caches. While the device is busy, a reader whose own reads are small
+//! (the light direction) is marked (Linux `SCHED_BATCH`: it does not preempt on wake-up, the
+//! scheduler tick still shares the CPU) and takes a whole batch of ACKs once the data thread
+//! blocks (`docs/design-notes.md`).
 //!
-//! Only while the device is busy: on a quiet tunnel a thread that does not preempt would make a
-//! lone packet wait behind whatever else runs on its CPU, so the hint is withdrawn again once
-//! no large read has been seen for [`BULK_HOLD`].
+//! The thread with the large reads is not marked: it must keep preempting the application
+//! that feeds it (marking it too let an unthrottled UDP sender fill the TUN queue and halved
+//! 64-byte UDP delivery). Nor is anything marked on a quiet tunnel, where a thread that does
+//! not preempt would make a lone packet wait behind whatever else runs on its CPU: the mark
+//! goes once no large read has been seen for [`BULK_HOLD`].
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -20,11 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use vpn_proto::time::Instant;
 
-/// How a data-path thread is marked busy or not. Called on the thread itself.
+/// How a data-path thread is marked. Called on the thread itself.
 pub trait Scheduling: Send + Sync + 'static {
-    /// `true`: the device carries bulk traffic, so the calling thread may stop preempting others
-    /// when it wakes (e.g. `SCHED_BATCH`); `false`: back to the default policy.
-    fn set_bulk(&self, bulk: bool) -> io::Result<()>;
+    /// `true`: the calling thread carries the light direction of bulk traffic and should not
+    /// preempt others when it wakes (e.g. `SCHED_BATCH`); `false`: back to the default policy.
+    fn set_light(&self, light: bool) -> io::Result<()>;
 }
 
 /// Packets in one read that mark the device busy (a TSO frame's segments, a GRO run).
@@ -39,20 +41,15 @@ pub(crate) struct Bulk {
     until: AtomicU64,
 }
 
-/// One thread's side: whether it is marked busy now; `None` until first set, since a thread
-/// inherits its policy from whichever thread started it (perhaps a busy data-path thread).
+/// One thread's side: whether it is marked now, `None` until first set (a thread inherits its
+/// policy from whichever thread started it, perhaps a marked one), and until when its own
+/// reads count as large.
 #[derive(Default)]
 pub(crate) struct ThreadBulk {
     on: Option<bool>,
+    heavy_until: u64,
     /// Marking failed once (no permission, not supported): not tried again on this thread.
     failed: bool,
-}
-
-impl ThreadBulk {
-    /// Whether the thread is marked busy now.
-    pub(crate) fn is_marked(&self) -> bool {
-        self.on == Some(true)
-    }
 }
 
 impl Bulk {
@@ -73,8 +70,9 @@ impl Bulk {
             && (packets >= BULK_READ || t.on != Some(false) || self.until.load(Relaxed) != 0)
     }
 
-    /// A reader read `packets` at `now`: a large read keeps the device busy; the first reader
-    /// to find the busy time past ends it; the thread's mark follows the device's state.
+    /// A reader read `packets` at `now`: a large read keeps the device busy and makes this
+    /// thread a heavy one for the hold; the first reader to find the busy time past ends it. The
+    /// thread is marked while the device is busy and it is not heavy.
     pub(crate) fn observe(&self, t: &mut ThreadBulk, packets: usize, now: Instant) {
         if !self.needs_observe(t, packets) {
             return;
@@ -95,26 +93,20 @@ impl Bulk {
         } else {
             until != 0
         };
-        self.follow(t, busy);
-    }
-
-    /// A thread that does not read (a crypto worker): follows the device's state at `now`
-    /// without changing it (ending a busy period is the readers' part).
-    pub(crate) fn follow_device(&self, t: &mut ThreadBulk, now: Instant) {
-        if self.sched.is_some() && !t.failed {
-            let until = self.until.load(Relaxed);
-            self.follow(t, until != 0 && now.as_nanos() < until);
+        if packets >= BULK_READ {
+            t.heavy_until = now + hold;
         }
+        self.follow(t, busy && now >= t.heavy_until);
     }
 
-    /// Marks the calling thread busy or not if it is not already.
-    fn follow(&self, t: &mut ThreadBulk, busy: bool) {
-        if t.on == Some(busy) {
+    /// Marks the calling thread (`light`) or not, if it is not already.
+    fn follow(&self, t: &mut ThreadBulk, light: bool) {
+        if t.on == Some(light) {
             return;
         }
         let Some(sched) = &self.sched else { return };
-        match sched.set_bulk(busy) {
-            Ok(()) => t.on = Some(busy),
+        match sched.set_light(light) {
+            Ok(()) => t.on = Some(light),
             Err(e) => {
                 tracing::debug!("scheduling hint not applied ({e}); not trying again");
                 t.failed = true;
@@ -139,8 +131,8 @@ mod tests {
     struct Record(Mutex<Vec<bool>>);
 
     impl Scheduling for Record {
-        fn set_bulk(&self, bulk: bool) -> io::Result<()> {
-            self.0.lock().push(bulk);
+        fn set_light(&self, light: bool) -> io::Result<()> {
+            self.0.lock().push(light);
             Ok(())
         }
     }
@@ -150,11 +142,11 @@ mod tests {
     }
 
     #[test]
-    fn large_reads_mark_every_reader_until_the_hold_passes() {
+    fn while_busy_only_the_light_reader_is_marked() {
         let rec = Arc::new(Record::default());
         let bulk = Bulk::new(Some(rec.clone()));
         let (mut data, mut acks) = (ThreadBulk::default(), ThreadBulk::default());
-        // A thread's first read sets its policy once (it may have inherited a busy one)...
+        // A thread's first read sets its policy once (it may have inherited a marked one)...
         assert!(bulk.needs_observe(&acks, 1));
         bulk.observe(&mut acks, 1, at(0));
         assert_eq!(*rec.0.lock(), [false]);
@@ -162,61 +154,59 @@ mod tests {
         assert!(!bulk.needs_observe(&acks, 1));
         bulk.observe(&mut acks, 1, at(0));
         assert_eq!(rec.0.lock().len(), 1);
-        // A large read marks its thread; the ACK thread's small reads follow the device.
+        // A large read makes the device busy; its reader is heavy and stays unmarked...
         bulk.observe(&mut data, 40, at(1));
         assert!(bulk.busy());
+        assert_eq!(data.on, Some(false));
+        // ...and the ACK thread, reading little, is marked.
         bulk.observe(&mut acks, 2, at(2));
-        assert_eq!(*rec.0.lock(), [false, true, true]);
-        // Still within the hold: nothing changes, however small the reads.
+        assert_eq!(acks.on, Some(true));
+        // Within the hold nothing changes, even if the data thread reads little for a while.
         bulk.observe(&mut acks, 1, at(90));
         bulk.observe(&mut data, 1, at(95));
-        assert_eq!(rec.0.lock().len(), 3);
-        // Past the hold: the first reader ends it and unmarks itself, the other follows.
+        assert_eq!((data.on, acks.on), (Some(false), Some(true)));
+        // Past the hold: the first reader ends the busy period and unmarks itself.
         bulk.observe(&mut acks, 1, at(1 + 101));
         assert!(!bulk.busy());
-        bulk.observe(&mut data, 1, at(1 + 102));
-        assert_eq!(*rec.0.lock(), [false, true, true, false, false]);
-        // And a quiet device is free again.
+        assert_eq!(acks.on, Some(false));
+        assert_eq!(*rec.0.lock(), [false, false, true, false]);
+        // And a quiet device costs nothing again.
         assert!(!bulk.needs_observe(&acks, 1) && !bulk.needs_observe(&data, 1));
     }
 
     #[test]
-    fn steady_bulk_keeps_the_device_busy() {
+    fn a_reader_whose_reads_shrink_becomes_light() {
         let rec = Arc::new(Record::default());
         let bulk = Bulk::new(Some(rec.clone()));
-        let mut t = ThreadBulk::default();
-        for ms in (0..2_000).step_by(10) {
-            bulk.observe(&mut t, 64, at(ms));
-            bulk.observe(&mut t, 1, at(ms + 5));
+        let (mut a, mut b) = (ThreadBulk::default(), ThreadBulk::default());
+        bulk.observe(&mut a, 64, at(0));
+        // The direction turns round (iperf3 -R): b reads large, a small.
+        for ms in (10..400).step_by(10) {
+            bulk.observe(&mut b, 64, at(ms));
+            bulk.observe(&mut a, 2, at(ms + 5));
         }
-        assert_eq!(
-            *rec.0.lock(),
-            [true],
-            "marked once, never dropped while busy"
-        );
+        assert_eq!((a.on, b.on), (Some(true), Some(false)));
     }
 
     #[test]
-    fn workers_follow_the_readers_and_the_time() {
+    fn steady_bulk_keeps_the_light_reader_marked() {
         let rec = Arc::new(Record::default());
         let bulk = Bulk::new(Some(rec.clone()));
-        let (mut reader, mut worker) = (ThreadBulk::default(), ThreadBulk::default());
-        bulk.follow_device(&mut worker, at(0));
-        bulk.observe(&mut reader, 20, at(0));
-        bulk.follow_device(&mut worker, at(10));
-        assert!(worker.is_marked());
-        // No reader has read since: the worker still sees the busy period end on its own.
-        bulk.follow_device(&mut worker, at(300));
-        assert!(!worker.is_marked());
-        assert!(bulk.busy(), "ending it is left to the readers");
-        bulk.observe(&mut reader, 1, at(500));
-        // worker: quiet at start; reader busy; worker busy; worker quiet; reader quiet.
-        assert_eq!(*rec.0.lock(), [false, true, true, false, false]);
+        let (mut data, mut acks) = (ThreadBulk::default(), ThreadBulk::default());
+        for ms in (0..2_000).step_by(10) {
+            bulk.observe(&mut data, 64, at(ms));
+            bulk.observe(&mut acks, 1, at(ms + 5));
+        }
+        assert_eq!(
+            *rec.0.lock(),
+            [false, true],
+            "each set once, never dropped while busy"
+        );
     }
 
     struct Refuse;
     impl Scheduling for Refuse {
-        fn set_bulk(&self, _: bool) -> io::Result<()> {
+        fn set_light(&self, _: bool) -> io::Result<()> {
             Err(io::Error::from(io::ErrorKind::PermissionDenied))
         }
     }
