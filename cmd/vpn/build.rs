@@ -36,15 +36,20 @@ fn main() {
     if !linker_takes_ordering(Path::new(&out)) {
         return;
     }
-    // `-Xlinker` pairs, not `-Wl,`: a comma in the path would split it.
-    for arg in [
+    for arg in ordering_args(list) {
+        println!("cargo:rustc-link-arg-bins={arg}");
+    }
+}
+
+/// The linker arguments for the layout from `list`: `-Xlinker` pairs, not `-Wl,`, since a
+/// comma in the path would split it.
+fn ordering_args(list: &str) -> [String; 4] {
+    [
         "-Xlinker".to_string(),
         format!("--symbol-ordering-file={list}"),
         "-Xlinker".to_string(),
         "--no-warn-symbol-ordering".to_string(),
-    ] {
-        println!("cargo:rustc-link-arg-bins={arg}");
-    }
+    ]
 }
 
 /// Links an empty program the way this build links `vpn`, with the ordering options and an
@@ -83,10 +88,7 @@ fn linker_takes_ordering(out: &Path) -> bool {
         arg.push(linker);
         cmd.arg(arg);
     }
-    cmd.arg("-Clink-arg=-Xlinker")
-        .arg(format!("-Clink-arg=--symbol-ordering-file={list}"))
-        .arg("-Clink-arg=-Xlinker")
-        .arg("-Clink-arg=--no-warn-symbol-ordering")
+    cmd.args(ordering_args(list).map(|a| format!("-Clink-arg={a}")))
         .arg(&src)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -7,7 +7,7 @@
 //! [`FakeClock`] and drive every timer in microseconds.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use vpn_proto::time::Instant;
@@ -146,7 +146,7 @@ pub struct CycleClock<C, K> {
     counter: K,
     cal: Mutex<Calibration>,
     /// Set for good when the counter stops being fit.
-    retired: std::sync::atomic::AtomicBool,
+    retired: AtomicBool,
     /// When (`inner`'s nanoseconds) the counter's fitness was last asked.
     fit_checked: AtomicU64,
 }
@@ -213,7 +213,7 @@ impl<C: Clock, K: Counter> CycleClock<C, K> {
             inner,
             counter,
             cal: Mutex::new(Calibration::default()),
-            retired: std::sync::atomic::AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             fit_checked: AtomicU64::new(0),
         };
         c.refresh();
@@ -394,7 +394,6 @@ impl<C: Clock, K: Counter> Clock for CycleClock<C, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
 
     /// A fake clock and a counter at 2 cycles per nanosecond moving together.
     struct Rig {

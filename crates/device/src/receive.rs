@@ -102,7 +102,7 @@ impl DeviceInner {
                 .datagrams_received
                 .fetch_add(datagrams as u64, Ordering::Relaxed);
             let now = self.now();
-            self.bulk.observe(&mut bulk, datagrams, now);
+            self.bulk.observe(&mut bulk, datagrams, || now);
             if n == 1
                 && self.receive_lone(
                     &mut bufs[0],

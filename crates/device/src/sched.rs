@@ -60,23 +60,33 @@ impl Bulk {
         }
     }
 
-    /// Whether a reader that read `packets` must call [`observe`](Self::observe) (with the
-    /// time): false on a quiet device for a thread that is not marked, the common quiet case,
-    /// which then costs one relaxed load and no clock read.
+    /// Whether a read of `packets` has anything to do with the clock and the marks: false on a
+    /// quiet device for a thread that is not marked, the common quiet case, which then costs
+    /// one relaxed load and no clock read.
     #[inline]
-    pub(crate) fn needs_observe(&self, t: &ThreadBulk, packets: usize) -> bool {
+    fn needs_observe(&self, t: &ThreadBulk, packets: usize) -> bool {
         self.sched.is_some()
             && !t.failed
             && (packets >= BULK_READ || t.on != Some(false) || self.until.load(Relaxed) != 0)
     }
 
-    /// A reader read `packets` at `now`: a large read keeps the device busy and makes this
-    /// thread a heavy one for the hold; the first reader to find the busy time past ends it. The
-    /// thread is marked while the device is busy and it is not heavy.
-    pub(crate) fn observe(&self, t: &mut ThreadBulk, packets: usize, now: Instant) {
-        if !self.needs_observe(t, packets) {
-            return;
+    /// A reader read `packets`; `now` is asked only when needed (see `needs_observe`). A large
+    /// read keeps the device busy and makes this thread a heavy one for the hold; the first
+    /// reader to find the busy time past ends it. The thread is marked while the device is busy
+    /// and it is not heavy.
+    #[inline]
+    pub(crate) fn observe(
+        &self,
+        t: &mut ThreadBulk,
+        packets: usize,
+        now: impl FnOnce() -> Instant,
+    ) {
+        if self.needs_observe(t, packets) {
+            self.observe_at(t, packets, now());
         }
+    }
+
+    fn observe_at(&self, t: &mut ThreadBulk, packets: usize, now: Instant) {
         let now = now.as_nanos().max(1);
         let hold = BULK_HOLD.as_nanos() as u64;
         let until = self.until.load(Relaxed);
@@ -148,25 +158,25 @@ mod tests {
         let (mut data, mut acks) = (ThreadBulk::default(), ThreadBulk::default());
         // A thread's first read sets its policy once (it may have inherited a marked one)...
         assert!(bulk.needs_observe(&acks, 1));
-        bulk.observe(&mut acks, 1, at(0));
+        bulk.observe(&mut acks, 1, || at(0));
         assert_eq!(*rec.0.lock(), [false]);
         // ...then, quiet, small reads cost nothing and change nothing.
         assert!(!bulk.needs_observe(&acks, 1));
-        bulk.observe(&mut acks, 1, at(0));
+        bulk.observe(&mut acks, 1, || at(0));
         assert_eq!(rec.0.lock().len(), 1);
         // A large read makes the device busy; its reader is heavy and stays unmarked...
-        bulk.observe(&mut data, 40, at(1));
+        bulk.observe(&mut data, 40, || at(1));
         assert!(bulk.busy());
         assert_eq!(data.on, Some(false));
         // ...and the ACK thread, reading little, is marked.
-        bulk.observe(&mut acks, 2, at(2));
+        bulk.observe(&mut acks, 2, || at(2));
         assert_eq!(acks.on, Some(true));
         // Within the hold nothing changes, even if the data thread reads little for a while.
-        bulk.observe(&mut acks, 1, at(90));
-        bulk.observe(&mut data, 1, at(95));
+        bulk.observe(&mut acks, 1, || at(90));
+        bulk.observe(&mut data, 1, || at(95));
         assert_eq!((data.on, acks.on), (Some(false), Some(true)));
         // Past the hold: the first reader ends the busy period and unmarks itself.
-        bulk.observe(&mut acks, 1, at(1 + 101));
+        bulk.observe(&mut acks, 1, || at(1 + 101));
         assert!(!bulk.busy());
         assert_eq!(acks.on, Some(false));
         assert_eq!(*rec.0.lock(), [false, false, true, false]);
@@ -179,11 +189,11 @@ mod tests {
         let rec = Arc::new(Record::default());
         let bulk = Bulk::new(Some(rec.clone()));
         let (mut a, mut b) = (ThreadBulk::default(), ThreadBulk::default());
-        bulk.observe(&mut a, 64, at(0));
+        bulk.observe(&mut a, 64, || at(0));
         // The direction turns round (iperf3 -R): b reads large, a small.
         for ms in (10..400).step_by(10) {
-            bulk.observe(&mut b, 64, at(ms));
-            bulk.observe(&mut a, 2, at(ms + 5));
+            bulk.observe(&mut b, 64, || at(ms));
+            bulk.observe(&mut a, 2, || at(ms + 5));
         }
         assert_eq!((a.on, b.on), (Some(true), Some(false)));
     }
@@ -194,8 +204,8 @@ mod tests {
         let bulk = Bulk::new(Some(rec.clone()));
         let (mut data, mut acks) = (ThreadBulk::default(), ThreadBulk::default());
         for ms in (0..2_000).step_by(10) {
-            bulk.observe(&mut data, 64, at(ms));
-            bulk.observe(&mut acks, 1, at(ms + 5));
+            bulk.observe(&mut data, 64, || at(ms));
+            bulk.observe(&mut acks, 1, || at(ms + 5));
         }
         assert_eq!(
             *rec.0.lock(),
@@ -215,7 +225,7 @@ mod tests {
     fn a_refused_hint_is_not_tried_again() {
         let bulk = Bulk::new(Some(Arc::new(Refuse)));
         let mut t = ThreadBulk::default();
-        bulk.observe(&mut t, 32, at(0));
+        bulk.observe(&mut t, 32, || at(0));
         assert!(t.failed && t.on.is_none());
         assert!(!bulk.needs_observe(&t, 32));
     }
@@ -225,7 +235,7 @@ mod tests {
         let bulk = Bulk::new(None);
         let mut t = ThreadBulk::default();
         assert!(!bulk.needs_observe(&t, 128));
-        bulk.observe(&mut t, 128, at(0));
+        bulk.observe(&mut t, 128, || at(0));
         assert!(!bulk.busy());
     }
 }

@@ -53,9 +53,7 @@ impl DeviceInner {
             self.stats
                 .tun_packets_read
                 .fetch_add(n as u64, Ordering::Relaxed);
-            if self.bulk.needs_observe(&bulk, n) {
-                self.bulk.observe(&mut bulk, n, self.now());
-            }
+            self.bulk.observe(&mut bulk, n, || self.now());
             // Route under the table's read lock, then take replacement buffers with no lock
             // held: taking a buffer may wait for the pool, and nobody may wait while holding a
             // lock the pipeline needs to give buffers back.

@@ -151,8 +151,9 @@ pub fn nudge_wall_clock() -> io::Result<()> {
         let mut tx: libc::timex = unsafe { std::mem::zeroed() };
         tx.modes = libc::ADJ_SETOFFSET | libc::ADJ_NANO;
         tx.time.tv_sec = sec;
-        tx.time.tv_usec = nsec; // nanoseconds under ADJ_NANO
-                                // SAFETY: `tx` is a valid, writable timex for the duration of the call.
+        // Nanoseconds, under ADJ_NANO.
+        tx.time.tv_usec = nsec;
+        // SAFETY: `tx` is a valid, writable timex for the duration of the call.
         if unsafe { libc::clock_adjtime(libc::CLOCK_REALTIME, &mut tx) } < 0 {
             return Err(io::Error::last_os_error());
         }
