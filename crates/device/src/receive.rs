@@ -66,6 +66,7 @@ impl DeviceInner {
         let mut groups: Vec<Group> = Vec::new();
         // Per datagram of the batch: what to do with it.
         let mut acts: Vec<Act> = Vec::with_capacity(batch);
+        let mut fresh: Vec<Box<[u8]>> = Vec::with_capacity(batch);
         let mut errors = 0;
         // The last lone datagram's keypair lookup and inner-source check (see `LastIndex`,
         // `LastRoute`).
@@ -204,6 +205,12 @@ impl DeviceInner {
                     acts.push(act);
                 }
             }
+            // Replacement buffers for the datagrams handed on, taken from the pool at once.
+            let handed = acts
+                .iter()
+                .filter(|a| matches!(a, Act::Transport { .. }))
+                .count();
+            self.in_pool.get_into(handed, &mut fresh);
             for (i, act) in acts.iter().enumerate() {
                 match *act {
                     Act::Skip => {}
@@ -213,7 +220,8 @@ impl DeviceInner {
                         let counter = u64::from_le_bytes([
                             m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15],
                         ]);
-                        let buf = std::mem::replace(&mut bufs[i], self.in_pool.get());
+                        let new = fresh.pop().unwrap_or_else(|| self.in_pool.get());
+                        let buf = std::mem::replace(&mut bufs[i], new);
                         let mut e = Elem::new(buf, size);
                         e.counter = counter;
                         e.ep = eps[i];

@@ -27,6 +27,7 @@ impl DeviceInner {
         // Per packet of the batch: the group it goes to.
         let mut route: Vec<Option<usize>> = Vec::with_capacity(batch);
         let mut last_route = LastRoute::default();
+        let mut fresh: Vec<Box<[u8]>> = Vec::with_capacity(batch);
         let mut bulk = crate::sched::ThreadBulk::default();
         loop {
             let mut slices = recycle_slices(std::mem::take(&mut spare));
@@ -103,9 +104,13 @@ impl DeviceInner {
                     route.push(Some(g));
                 }
             }
+            // Replacement buffers for the routed packets, taken from the pool at once.
+            self.out_pool
+                .get_into(route.iter().flatten().count(), &mut fresh);
             for (i, r) in route.iter().enumerate() {
                 if let Some(g) = *r {
-                    let buf = std::mem::replace(&mut bufs[i], self.out_pool.get());
+                    let new = fresh.pop().unwrap_or_else(|| self.out_pool.get());
+                    let buf = std::mem::replace(&mut bufs[i], new);
                     groups[g].1.v.push(Elem::new(buf, sizes[i]));
                 }
             }

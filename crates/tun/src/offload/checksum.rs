@@ -15,21 +15,47 @@ fn add_carry(a: u64, b: u64) -> u64 {
 /// The ones'-complement sum of `data` (as big-endian 16-bit words, an odd last byte padded with
 /// zero) plus `initial`, not folded to 16 bits.
 pub fn checksum_no_fold(data: &[u8], initial: u64) -> u64 {
-    let mut acc = initial;
-    let mut chunks = data.chunks_exact(8);
+    // Any partial sum congruent modulo 0xffff will do; a part of at most 1 GiB keeps the
+    // word sums below from overflowing.
+    data.chunks(1 << 30)
+        .fold(initial, |acc, part| add_carry(acc, sum_words(part)))
+}
+
+/// An unfolded ones'-complement sum of `data` as big-endian 16-bit words. tun-rs has it with
+/// AVX2 on x86_64 (38 GB/s on 1388 bytes here, against 24 GB/s for [`sum_words_portable`]);
+/// the TSO split's checksums are a pass over every byte a bulk sender reads from the TUN.
+#[cfg(target_os = "linux")]
+fn sum_words(data: &[u8]) -> u64 {
+    tun_rs::checksum_no_fold(data, 0)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sum_words(data: &[u8]) -> u64 {
+    sum_words_portable(data)
+}
+
+/// [`sum_words`] in portable code: 32-bit little-endian words summed into four 64-bit lanes,
+/// which needs no carry handling and vectorizes, folded and byte-swapped at the end (a
+/// ones'-complement sum is byte-order independent, RFC 1071 section 2(B)).
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn sum_words_portable(data: &[u8]) -> u64 {
+    let mut lanes = [0u64; 4];
+    let mut add = |c: &[u8]| {
+        for (lane, w) in lanes.iter_mut().zip(c.chunks_exact(4)) {
+            *lane += u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+        }
+    };
+    let mut chunks = data.chunks_exact(16);
     for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        acc = add_carry(acc, u64::from_be_bytes(w));
+        add(c);
     }
+    // Chunks start at even offsets, so zero padding on the right keeps 16-bit alignment.
     let rest = chunks.remainder();
-    if !rest.is_empty() {
-        // Chunks start at even offsets, so zero padding on the right keeps 16-bit alignment.
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        acc = add_carry(acc, u64::from_be_bytes(w));
-    }
-    acc
+    let mut tail = [0u8; 16];
+    tail[..rest.len()].copy_from_slice(rest);
+    add(&tail);
+    let sum = lanes.iter().fold(0, |acc, &lane| add_carry(acc, lane));
+    u64::from(fold(sum).swap_bytes())
 }
 
 /// Folds an unfolded sum to 16 bits (not inverted).
@@ -89,6 +115,11 @@ mod tests {
                 data.push(x as u8);
             }
             assert_eq!(checksum(&data, 0), naive(&data), "len {len}");
+            assert_eq!(
+                fold(sum_words_portable(&data)),
+                naive(&data),
+                "portable, len {len}"
+            );
             // A seed adds like one more word.
             let seed = u64::from(x & 0xffff);
             let mut with_seed = naive(&data) as u32 + (x & 0xffff);
@@ -103,6 +134,7 @@ mod tests {
         // u64::MAX is a ones'-complement zero: adding it must not change a non-zero sum.
         assert_eq!(checksum(&data, u64::MAX), naive(&data));
         assert_eq!(checksum(&data, 0), naive(&data));
+        assert_eq!(fold(sum_words_portable(&data)), naive(&data));
     }
 
     #[test]
