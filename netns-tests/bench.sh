@@ -5,7 +5,8 @@
 #
 # Per implementation and run: iperf3 TCP 1 stream and 4 streams, iperf3 UDP with 64-byte
 # payloads at unlimited rate (datagrams delivered per second and loss), and the CPU time of both
-# daemons per GB carried (utime+stime from /proc/<pid>/stat around the TCP 1-stream run); then
+# daemons per GB carried (utime+stime from /proc/<pid>/stat around the TCP 1-stream run) and the
+# local timer interrupts CPU 0 takes per second in that run (/proc/interrupts); then
 # ping RTT with all tunnels up at once, in alternating bursts. Runs are interleaved across
 # implementations. Medians of RUNS runs (default 3) with min..max go into docs/performance.md, section
 # "## Tunnel benchmark (netns)" (replaced, the rest of the file untouched), with an SVG chart
@@ -85,6 +86,9 @@ ratio() {
     awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else print "n/a" }'
 }
 
+# Interrupts of one kind (a /proc/interrupts row: LOC, CAL, ...) taken so far by one CPU.
+irqs() { awk -v r="$1:" -v c="$2" '$1 == r { print $(c + 2); exit }' /proc/interrupts; }
+
 # The flattened iperf3 JSON's "end" object.
 json_end() { tr -d ' \t\n' | grep -o '"end":{.*'; }
 num() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
@@ -112,7 +116,9 @@ bench_run() {
     wait_for "n $B ss -ltn | grep -q ':5201 '" 5
     cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$DST" -t "$SECS" "$@"; }
     t0=0; [ -n "$PIDA" ] && t0=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
+    local i0 w0; i0="$(irqs LOC 0)"; w0="$(date +%s.%N)"
     j="$(cli)"; end="$(echo "$j" | json_end)"
+    record "$impl" irq0 "$(awk -v a="$i0" -v b="$(irqs LOC 0)" -v w0="$w0" -v w1="$(date +%s.%N)" 'BEGIN { printf "%.0f", (b - a) / (w1 - w0) }')"
     t1=0; [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
     bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
     bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
@@ -127,7 +133,7 @@ bench_run() {
     pk="$(echo "$s" | num packets)"; lost="$(echo "$s" | num lost_packets)"; secs="$(echo "$s" | num seconds)"
     record "$impl" udppps "$(awk -v p="${pk:-0}" -v l="${lost:-0}" -v s="${secs:-1}" 'BEGIN { printf "%.0f", (p - l) / s }')"
     record "$impl" udploss "$(awk -v p="${pk:-0}" -v l="${lost:-0}" 'BEGIN { if (p > 0) printf "%.1f", 100 * l / p; else print "nan" }')"
-    echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$([ "$impl" = veth ] && echo 4 || echo 5)" | awk '{ printf "%s=%s ", $2, $3 }')"
+    echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$([ "$impl" = veth ] && echo 5 || echo 6)" | awk '{ printf "%s=%s ", $2, $3 }')"
     ns_del "$A" "$B"
 }
 
@@ -202,18 +208,21 @@ section() {
     echo "UDP: iperf3 \`-u -b 0 -l 64\` (64-byte payloads, unlimited rate), datagrams delivered per second."
     echo "RTT: every implementation's tunnel up at once, $RTT_ROUNDS rounds of \`ping -c $RTT_PINGS -i $RTT_INTERVAL\` per"
     echo "implementation, interleaved, ping pinned to CPU 0 with side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings"
-    echo "with the 10th..90th percentile and the mean in brackets."
+    echo "with the 10th..90th percentile and the mean in brackets. Timer irq/s: local timer interrupts CPU 0"
+    echo "took per second during the TCP 1-stream run; most are the kernel's TCP pacing timer, one per"
+    echo "TSO frame the iperf3 client sends, and on this VM each costs the sending CPU 17–25 µs"
+    echo "(\`docs/design-notes.md\`, \"The sending CPU's hidden tax\"), whichever implementation runs."
     echo
     echo "Run $(date -u "+%Y-%m-%d %H:%M UTC"), vpn binary ${VPN#"$ROOT"/}, kernel $(uname -r), load average at start"
     echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."
     echo "wireguard-go $(wireguard-go --version 2>/dev/null | head -1 | awk '{ print $2 }') (Debian), boringtun-cli $("$BORINGTUN" --version 2>/dev/null | awk '{ print $2 }') (default 4 threads)."
     [ -n "${HOT_FOUND:-}" ] && echo "vpn's per-packet code layout: $HOT_FOUND of $(grep -vc '^#' "$HOT") functions of \`cmd/vpn/hot-symbols.txt\` found in the binary."
     echo
-    echo "| implementation | TCP 1 stream Gbit/s | TCP 4 streams Gbit/s | UDP 64 B kpps delivered | UDP loss % | RTT ms | CPU-s/GB |"
-    echo "|---|---:|---:|---:|---:|---:|---:|"
+    echo "| implementation | TCP 1 stream Gbit/s | TCP 4 streams Gbit/s | UDP 64 B kpps delivered | UDP loss % | RTT ms | CPU-s/GB | timer irq/s on CPU 0 (TCP 1) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
     for impl in $IMPLS; do
         local pps; pps="$(stat "$impl" udppps | awk '{ printf "%.0f (%.0f..%.0f)", $1 / 1000, $2 / 1000, $3 / 1000 }')"
-        echo "| $(label "$impl") | $(cell "$impl" tcp1 %.2f) | $(cell "$impl" tcp4 %.2f) | ${pps:-–} | $(cell "$impl" udploss %.1f) | $(rtt_cell "$impl") | $(cell "$impl" cpugb %.2f) |"
+        echo "| $(label "$impl") | $(cell "$impl" tcp1 %.2f) | $(cell "$impl" tcp4 %.2f) | ${pps:-–} | $(cell "$impl" udploss %.1f) | $(rtt_cell "$impl") | $(cell "$impl" cpugb %.2f) | $(cell "$impl" irq0 %.0f) |"
     done
     echo
     echo "![TCP throughput per implementation](tunnel-benchmark.svg)"
