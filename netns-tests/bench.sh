@@ -157,8 +157,12 @@ for impl in $IMPLS; do
     if bench_pair "$impl" "r$k"; then RTT_NS[$impl]="$A"; RTT_DST[$impl]="$DST"; fi
 done
 echo "== RTT: $RTT_ROUNDS rounds of $RTT_PINGS pings at ${RTT_INTERVAL}s per implementation, interleaved"
+# The order rotates every round: a burst's figures depend on what ran just before it (in probes
+# with two copies of one binary, the one pinged first in each round measured up to 1.5x faster).
+read -ra RTT_ORDER <<<"$IMPLS"
 for round in $(seq "$RTT_ROUNDS"); do
-    for impl in $IMPLS; do
+    for ((j = 0; j < ${#RTT_ORDER[@]}; j++)); do
+        impl="${RTT_ORDER[$(((round + j) % ${#RTT_ORDER[@]}))]}"
         [ -n "${RTT_NS[$impl]:-}" ] || continue
         n "${RTT_NS[$impl]}" taskset -c 0 timeout 30 ping -c "$RTT_PINGS" -i "$RTT_INTERVAL" -W 2 "${RTT_DST[$impl]}" |
             grep -o 'time=[0-9.]*' | cut -d= -f2 | while read -r t; do record "$impl" rtt "$t"; done
@@ -207,7 +211,7 @@ section() {
     echo "CPU-s/GB: utime+stime of both daemons during the TCP 1-stream run per 10⁹ bytes received."
     echo "UDP: iperf3 \`-u -b 0 -l 64\` (64-byte payloads, unlimited rate), datagrams delivered per second."
     echo "RTT: every implementation's tunnel up at once, $RTT_ROUNDS rounds of \`ping -c $RTT_PINGS -i $RTT_INTERVAL\` per"
-    echo "implementation, interleaved, ping pinned to CPU 0 with side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings"
+    echo "implementation, interleaved in an order that rotates every round, ping pinned to CPU 0 with side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings"
     echo "with the 10th..90th percentile and the mean in brackets. Timer irq/s: local timer interrupts CPU 0"
     echo "took per second during the TCP 1-stream run; most are the kernel's TCP pacing timer, one per"
     echo "TSO frame the iperf3 client sends, and on this VM each costs the sending CPU 17–25 µs"
