@@ -47,8 +47,8 @@ done
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== load average at start: $LOAD_START"
 # How much of the per-packet code layout (cmd/vpn/build.rs) this binary got: names the linker
-# did not find stayed where the crates put them (rerun netns-tests/hot-symbols.sh after a
-# toolchain or dependency upgrade).
+# did not find stayed where the crates put them (rerun netns-tests/hot-symbols.sh when some
+# are missing).
 HOT="$ROOT/cmd/vpn/hot-symbols.txt"
 if [ -f "$HOT" ] && command -v nm >/dev/null; then
     HOT_FOUND="$(grep -v '^#' "$HOT" | sort -u | comm -12 - <(nm "$VPN" 2>/dev/null | awk '{ print $NF }' | sort -u) | wc -l)"
@@ -211,8 +211,9 @@ section() {
     echo "CPU-s/GB: utime+stime of both daemons during the TCP 1-stream run per 10⁹ bytes received."
     echo "UDP: iperf3 \`-u -b 0 -l 64\` (64-byte payloads, unlimited rate), datagrams delivered per second."
     echo "RTT: every implementation's tunnel up at once, $RTT_ROUNDS rounds of \`ping -c $RTT_PINGS -i $RTT_INTERVAL\` per"
-    echo "implementation, interleaved in an order that rotates every round, ping pinned to CPU 0 with side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings"
-    echo "with the 10th..90th percentile and the mean in brackets. Timer irq/s: local timer interrupts CPU 0"
+    echo "implementation, interleaved in an order that rotates every round, ping pinned to CPU 0 with"
+    echo "side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings with the 10th..90th percentile and the mean in"
+    echo "brackets. Timer irq/s: local timer interrupts CPU 0"
     echo "took per second during the TCP 1-stream run; most are the kernel's TCP pacing timer, one per"
     echo "TSO frame the iperf3 client sends, and on this VM each costs the sending CPU 17–25 µs"
     echo "(\`docs/design-notes.md\`, \"The sending CPU's hidden tax\"), whichever implementation runs."
