@@ -117,10 +117,13 @@ bench_run() {
     cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$DST" -t "$SECS" "$@"; }
     t0=0; [ -n "$PIDA" ] && t0=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
     local i0 w0; i0="$(irqs LOC 0)"; w0="$(date +%s.%N)"
-    j="$(cli)"; end="$(echo "$j" | json_end)"
-    record "$impl" irq0 "$(awk -v a="$i0" -v b="$(irqs LOC 0)" -v w0="$w0" -v w1="$(date +%s.%N)" 'BEGIN { printf "%.0f", (b - a) / (w1 - w0) }')"
+    j="$(cli)"
+    local i1 w1; i1="$(irqs LOC 0)"; w1="$(date +%s.%N)"
+    end="$(echo "$j" | json_end)"
     t1=0; [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
     bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+    # nan (left out of the medians) without a LOC row (not x86) or a result.
+    record "$impl" irq0 "$(awk -v a="$i0" -v b="$i1" -v w0="$w0" -v w1="$w1" -v ok="${bps:-}" 'BEGIN { if (a == "" || b == "" || ok == "") print "nan"; else printf "%.0f", (b - a) / (w1 - w0) }')"
     bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
     record "$impl" tcp1 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
     [ -n "$PIDA" ] && record "$impl" cpugb "$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.3f", (t / hz) / (b / 1e9); else print "nan" }')"
@@ -157,12 +160,18 @@ for impl in $IMPLS; do
     if bench_pair "$impl" "r$k"; then RTT_NS[$impl]="$A"; RTT_DST[$impl]="$DST"; fi
 done
 echo "== RTT: $RTT_ROUNDS rounds of $RTT_PINGS pings at ${RTT_INTERVAL}s per implementation, interleaved"
-# The order rotates every round: a burst's figures depend on what ran just before it (in probes
-# with two copies of one binary, the one pinged first in each round measured up to 1.5x faster).
+# The order rotates every round and runs backwards every other round: a burst's figures depend
+# on what ran just before it (in probes with two copies of one binary, the one pinged first in
+# each round measured up to 1.5x faster), so every implementation leads and follows each of the
+# others in turn.
 read -ra RTT_ORDER <<<"$IMPLS"
+nimpl=${#RTT_ORDER[@]}
 for round in $(seq "$RTT_ROUNDS"); do
-    for ((j = 0; j < ${#RTT_ORDER[@]}; j++)); do
-        impl="${RTT_ORDER[$(((round + j) % ${#RTT_ORDER[@]}))]}"
+    for ((j = 0; j < nimpl; j++)); do
+        # Rounds 1, 2: start at the first, forwards then backwards; 3, 4: at the second; ...
+        off=$(( (round - 1) / 2 ))
+        if [ $((round % 2)) -eq 1 ]; then k=$(( (off + j) % nimpl )); else k=$(( (off + nimpl - j) % nimpl )); fi
+        impl="${RTT_ORDER[$k]}"
         [ -n "${RTT_NS[$impl]:-}" ] || continue
         n "${RTT_NS[$impl]}" taskset -c 0 timeout 30 ping -c "$RTT_PINGS" -i "$RTT_INTERVAL" -W 2 "${RTT_DST[$impl]}" |
             grep -o 'time=[0-9.]*' | cut -d= -f2 | while read -r t; do record "$impl" rtt "$t"; done
@@ -211,12 +220,13 @@ section() {
     echo "CPU-s/GB: utime+stime of both daemons during the TCP 1-stream run per 10⁹ bytes received."
     echo "UDP: iperf3 \`-u -b 0 -l 64\` (64-byte payloads, unlimited rate), datagrams delivered per second."
     echo "RTT: every implementation's tunnel up at once, $RTT_ROUNDS rounds of \`ping -c $RTT_PINGS -i $RTT_INTERVAL\` per"
-    echo "implementation, interleaved in an order that rotates every round, ping pinned to CPU 0 with"
+    echo "implementation, interleaved in an order that rotates (and reverses) every round, ping pinned to CPU 0 with"
     echo "side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings with the 10th..90th percentile and the mean in"
     echo "brackets. Timer irq/s: local timer interrupts CPU 0"
     echo "took per second during the TCP 1-stream run; most are the kernel's TCP pacing timer, one per"
-    echo "TSO frame the iperf3 client sends, and on this VM each costs the sending CPU 17–25 µs"
-    echo "(\`docs/design-notes.md\`, \"The sending CPU's hidden tax\"), whichever implementation runs."
+    echo "TSO frame the iperf3 client sends. Each interrupt costs the sending CPU time whichever"
+    echo "implementation runs (17–25 µs on the VM of 2026-12-04, measured separately: \`docs/design-notes.md\`,"
+    echo "\"The sending CPU's hidden tax\"; not measured by this script)."
     echo
     echo "Run $(date -u "+%Y-%m-%d %H:%M UTC"), vpn binary ${VPN#"$ROOT"/}, kernel $(uname -r), load average at start"
     echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."

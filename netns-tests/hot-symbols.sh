@@ -11,7 +11,7 @@
 # How: a vpn-to-vpn tunnel between two namespaces, `perf record` (cpu-clock) on both daemons
 # while ping runs through it, flood then paced; every function of the binary that was sampled,
 # most-sampled first. Mangled names carry hashes: a new rustc or dependency versions, and at
-# times a change to the workspace's own crates (the sixth session's left 12 of 54), leave names
+# times a change to the workspace's own crates (one on 2026-12-04 left 12 of 54), leave names
 # the linker no longer finds (it skips them silently; bench.sh prints how many are still
 # found), so rerun this after an upgrade and whenever bench.sh reports names missing.
 #

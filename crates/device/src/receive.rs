@@ -220,6 +220,7 @@ impl DeviceInner {
                         let counter = u64::from_le_bytes([
                             m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15],
                         ]);
+                        // One per packet handed on, so never empty (the fallback only guards a miscount).
                         let new = fresh.pop().unwrap_or_else(|| self.in_pool.get());
                         let buf = std::mem::replace(&mut bufs[i], new);
                         let mut e = Elem::new(buf, size);
@@ -259,6 +260,10 @@ impl DeviceInner {
                     }
                 }
             }
+            debug_assert!(
+                fresh.is_empty(),
+                "a replacement buffer per datagram handed on"
+            );
             for g in groups.drain(..) {
                 self.submit_group(g);
             }

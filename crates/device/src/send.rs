@@ -109,11 +109,13 @@ impl DeviceInner {
                 .get_into(route.iter().flatten().count(), &mut fresh);
             for (i, r) in route.iter().enumerate() {
                 if let Some(g) = *r {
+                    // One per packet handed on, so never empty (the fallback only guards a miscount).
                     let new = fresh.pop().unwrap_or_else(|| self.out_pool.get());
                     let buf = std::mem::replace(&mut bufs[i], new);
                     groups[g].1.v.push(Elem::new(buf, sizes[i]));
                 }
             }
+            debug_assert!(fresh.is_empty(), "a replacement buffer per routed packet");
             let max_staged = if self.out_pool.max() == 0 {
                 usize::MAX
             } else {
