@@ -99,12 +99,12 @@ scenario_big_mtu_offload() {
 scenario_bulk_scheduling() {
     make_pair bs; tunnel vpn vpn 4
     iperf_server "$B"
-    # Threads of a daemon by scheduling policy (field 41 of /proc/<pid>/task/<tid>/stat;
-    # 3 = SCHED_BATCH): "name:policy ..." for the data-path threads.
+    # Threads of a daemon by scheduling policy (field 41 of /proc/<pid>/task/<tid>/stat, the
+    # 39th after the name; 3 = SCHED_BATCH): "name:policy ..." for the data-path threads.
     policies() {
         local t
         for t in /proc/"$1"/task/*; do
-            awk '{ c = $0; sub(/^[^(]*\(/, "", c); sub(/\).*/, "", c); sub(/.*\) /, ""); print c ":" $39 }' "$t/stat" 2>/dev/null
+            echo "$(cat "$t/comm" 2>/dev/null):$(sed 's/.*) //' "$t/stat" 2>/dev/null | cut -d' ' -f39)"
         done | grep -E '^(tun-reader|receive|crypto-[0-9]+):' | sort | tr '\n' ' '
     }
     iperf "$A" -c 100.64.0.2 -t 5 >"$STATE/bs.json" &

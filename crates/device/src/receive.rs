@@ -7,10 +7,9 @@ use crate::index::LastIndex;
 use crate::keypair::DevKeypair;
 use crate::peer::Peer;
 use crate::pool::{BufferPool, HEADROOM};
-use crate::route::LastRoute;
+use crate::route::{BatchMemo, LastRoute};
 use crate::DeviceInner;
 use smallvec::SmallVec;
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,7 +219,7 @@ impl DeviceInner {
                         let counter = u64::from_le_bytes([
                             m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15],
                         ]);
-                        // One per packet handed on, so never empty (the fallback only guards a miscount).
+                        // One per packet handed on: never empty (the fallback guards a miscount).
                         let new = fresh.pop().unwrap_or_else(|| self.in_pool.get());
                         let buf = std::mem::replace(&mut bufs[i], new);
                         let mut e = Elem::new(buf, size);
@@ -415,24 +414,15 @@ impl DeviceInner {
         // Crypto-key routing, reverse direction: the inner source must route back to this peer.
         // One read lock for the batch.
         {
-            // A batch is mostly one flow: the previous packet's verdict answers the next one
-            // from the same source without walking the trie again (same table, same lock).
             let table = self.allowed_ips.read();
-            let mut prev: Option<(IpAddr, bool)> = None;
+            let mut memo = BatchMemo::new();
             let mut routes_back = |src| {
-                if let Some((s, ok)) = prev {
-                    if s == src {
-                        return ok;
-                    }
-                }
-                let ok = match last_src.as_deref_mut() {
+                memo.get(src, || match last_src.as_deref_mut() {
                     Some(c) => c
                         .lookup(&table, src)
                         .is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
                     None => table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
-                };
-                prev = Some((src, ok));
-                ok
+                })
             };
             write.retain(|i| {
                 let e = &mut elems[*i];

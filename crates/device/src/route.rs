@@ -20,6 +20,29 @@ pub(crate) fn destination(pkt: &[u8]) -> Option<IpAddr> {
     }
 }
 
+/// The previous packet's answer within one batch, under one read lock of the table: a batch is
+/// mostly one flow (a TSO frame's segments share a destination, a GRO run a source), so the
+/// next packet from or to the same address needs no walk of the trie.
+pub(crate) struct BatchMemo<V>(Option<(IpAddr, V)>);
+
+impl<V: Copy> BatchMemo<V> {
+    pub(crate) fn new() -> Self {
+        Self(None)
+    }
+
+    /// The answer for `addr`: the previous one if it was for `addr`, else `look()`'s.
+    pub(crate) fn get(&mut self, addr: IpAddr, look: impl FnOnce() -> V) -> V {
+        match self.0 {
+            Some((a, v)) if a == addr => v,
+            _ => {
+                let v = look();
+                self.0 = Some((addr, v));
+                v
+            }
+        }
+    }
+}
+
 /// The last lone packet's lookup, kept by a reader thread: the TUN reader's destination
 /// route, a socket reader's inner-source check. On a quiet tunnel the packets mostly go to and
 /// come from one place, and the trie they would be looked up in is cold memory (a few µs per

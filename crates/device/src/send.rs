@@ -4,10 +4,9 @@ use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
 use crate::pool::HEADROOM;
-use crate::route::{destination, LastRoute};
+use crate::route::{destination, BatchMemo, LastRoute};
 use crate::DeviceInner;
 use smallvec::SmallVec;
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vpn_proto::transport::padded_len;
@@ -71,37 +70,26 @@ impl DeviceInner {
             route.clear();
             {
                 let table = self.allowed_ips.read();
-                // A batch is mostly one flow (a TSO frame's segments all share a destination):
-                // the previous packet's group answers the next one to the same address.
-                let mut prev: Option<(IpAddr, usize)> = None;
+                let mut memo = BatchMemo::new();
                 for i in 0..n.min(batch) {
                     let size = sizes[i];
-                    let Some(dst) = bufs[i].get(HEADROOM..HEADROOM + size).and_then(destination)
-                    else {
+                    let g = bufs[i]
+                        .get(HEADROOM..HEADROOM + size)
+                        .and_then(destination)
+                        .and_then(|dst| {
+                            memo.get(dst, || {
+                                let peer = table.lookup(dst)?;
+                                let g = groups.iter().position(|(p, _)| p == peer);
+                                Some(g.unwrap_or_else(|| {
+                                    groups.push((peer.clone(), Elems::new(&self.out_pool, batch)));
+                                    groups.len() - 1
+                                }))
+                            })
+                        });
+                    if g.is_none() {
                         self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
-                        route.push(None);
-                        continue;
-                    };
-                    if let Some((d, g)) = prev {
-                        if d == dst {
-                            route.push(Some(g));
-                            continue;
-                        }
                     }
-                    let Some(peer) = table.lookup(dst) else {
-                        self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
-                        route.push(None);
-                        continue;
-                    };
-                    let g = match groups.iter().position(|(p, _)| p == peer) {
-                        Some(g) => g,
-                        None => {
-                            groups.push((peer.clone(), Elems::new(&self.out_pool, batch)));
-                            groups.len() - 1
-                        }
-                    };
-                    prev = Some((dst, g));
-                    route.push(Some(g));
+                    route.push(g);
                 }
             }
             // Replacement buffers for the routed packets, taken from the pool at once.
@@ -109,7 +97,7 @@ impl DeviceInner {
                 .get_into(route.iter().flatten().count(), &mut fresh);
             for (i, r) in route.iter().enumerate() {
                 if let Some(g) = *r {
-                    // One per packet handed on, so never empty (the fallback only guards a miscount).
+                    // One per packet handed on: never empty (the fallback guards a miscount).
                     let new = fresh.pop().unwrap_or_else(|| self.out_pool.get());
                     let buf = std::mem::replace(&mut bufs[i], new);
                     groups[g].1.v.push(Elem::new(buf, sizes[i]));

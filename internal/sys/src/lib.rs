@@ -4,8 +4,9 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]) and the data-path threads' scheduling policy ([`sched`]). Every `unsafe` block carries a `// SAFETY:` comment, and every module has
-//! tests of its own against real sockets on loopback.
+//! ([`cycles`]) and the data-path threads' scheduling policy ([`sched`]). Every `unsafe` block
+//! carries a `// SAFETY:` comment, and every module has tests of its own against the real
+//! kernel interface it wraps.
 //!
 //! The crate is empty on other targets.
 
