@@ -12,7 +12,14 @@
 # "## Tunnel benchmark (netns)" (replaced, the rest of the file untouched), with an SVG chart
 # docs/tunnel-benchmark.svg and the same-run ratios.
 #
+# iperf3's TCP sockets use congestion control $CC (default cubic, the kernel's default), set
+# per route in both namespaces so a socket has it from its first packet. If the host's default
+# differs (this VM's is bbr, which without the fq qdisc paces every TSO frame with a timer
+# interrupt), each run also measures TCP 1 stream under the host's default, reported in a table
+# of its own.
+#
 # Usage (root): netns-tests/bench.sh [path/to/release/vpn]
+#   CC=cubic (empty: the host's default only)
 #   RUNS=3 SECS=4 (seconds per iperf3 run) RTT_ROUNDS=10 RTT_PINGS=20 RTT_INTERVAL=0.05
 #   MAX_LOAD=1 LOAD_WAIT=300 (seconds to wait for a quiet machine) DOC=docs/performance.md
 #   IMPLS="veth vpn wggo boringtun"
@@ -25,6 +32,9 @@ RUNS="${RUNS:-3}"; SECS="${SECS:-4}"; RTT_ROUNDS="${RTT_ROUNDS:-10}"; RTT_PINGS=
 RTT_INTERVAL="${RTT_INTERVAL:-0.05}"; MAX_LOAD="${MAX_LOAD:-1}"; LOAD_WAIT="${LOAD_WAIT:-300}"
 DOC="${DOC:-$ROOT/docs/performance.md}"; SVG="$(dirname "$DOC")/tunnel-benchmark.svg"
 IMPLS="${IMPLS:-veth vpn wggo boringtun}"
+HOST_CC="$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown)"
+CC="${CC-cubic}"
+[ "$CC" = "$HOST_CC" ] && CC=""
 # Analysis written by hand after a run (profile, targets): appended to the section.
 BENCH_NOTES="${BENCH_NOTES-$HERE/bench-notes.md}"
 # shellcheck source=lib.sh
@@ -99,34 +109,53 @@ bench_pair() {
     local impl="$1" name="$2"
     make_pair "$name"
     if [ "$impl" = veth ]; then
-        DST=198.18.0.2; PIDA=""; PIDB=""
+        DST=198.18.0.2; SRC=198.18.0.1; DEVA="$VA"; DEVB="$VB"; PIDA=""; PIDB=""
     else
         CPU_A=0 CPU_B=1 tunnel "$impl" "$impl" 4
-        DST=100.64.0.2
+        DST=100.64.0.2; SRC=100.64.0.1; DEVA="$WA"; DEVB="$WB"
         n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 "$DST" >/dev/null || { echo "$impl: tunnel did not come up" >&2; return 1; }
     fi
 }
 
+# Makes TCP between the pair's sides use congestion control $1: a host route with `congctl`
+# on both sides, which a socket takes at connect (or accept), before its first packet. (`iperf3
+# -C` cannot do this: iperf3 3.12 sets TCP_CONGESTION after connect, and BBR's pacing, set when
+# the connection was established, stays on the socket under the new algorithm.)
+use_cc() {
+    n "$A" ip route add "$DST/32" dev "$DEVA" congctl "$1" &&
+        n "$B" ip route add "$SRC/32" dev "$DEVB" congctl "$1"
+}
+
 # One run of the throughput metrics for one implementation, on a pair of its own.
 bench_run() {
-    local impl="$1" run="$2" j end bps bytes t0 t1
+    local impl="$1" run="$2" j end bps
     bench_pair "$impl" "b$run${impl:0:2}" || { ns_del "$A" "$B"; return 1; }
     timeout 600 ip netns exec "$(ns "$B")" taskset -c 1 iperf3 -s >/dev/null 2>&1 &
     track_pid $!
     wait_for "n $B ss -ltn | grep -q ':5201 '" 5
     cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$DST" -t "$SECS" "$@"; }
-    t0=0; [ -n "$PIDA" ] && t0=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
-    local i0 w0; i0="$(irqs LOC 0)"; w0="$(date +%s.%N)"
-    j="$(cli)"
-    local i1 w1; i1="$(irqs LOC 0)"; w1="$(date +%s.%N)"
-    end="$(echo "$j" | json_end)"
-    t1=0; [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
-    bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
-    # nan (left out of the medians) without a LOC row (not x86) or a result.
-    record "$impl" irq0 "$(awk -v a="$i0" -v b="$i1" -v w0="$w0" -v w1="$w1" -v ok="${bps:-}" 'BEGIN { if (a == "" || b == "" || ok == "") print "nan"; else printf "%.0f", (b - a) / (w1 - w0) }')"
-    bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
-    record "$impl" tcp1 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
-    [ -n "$PIDA" ] && record "$impl" cpugb "$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.3f", (t / hz) / (b / 1e9); else print "nan" }')"
+    # TCP 1 stream with the daemons' CPU time and CPU 0's timer interrupts; metric names end
+    # in $1.
+    tcp1() {
+        local t0=0 t1=0 i0 i1 w0 w1 bytes
+        [ -n "$PIDA" ] && t0=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
+        i0="$(irqs LOC 0)"; w0="$(date +%s.%N)"
+        j="$(cli)"
+        i1="$(irqs LOC 0)"; w1="$(date +%s.%N)"
+        end="$(echo "$j" | json_end)"
+        [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
+        bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+        # nan (left out of the medians) without a LOC row (not x86) or a result.
+        record "$impl" "irq0$1" "$(awk -v a="$i0" -v b="$i1" -v w0="$w0" -v w1="$w1" -v ok="${bps:-}" 'BEGIN { if (a == "" || b == "" || ok == "") print "nan"; else printf "%.0f", (b - a) / (w1 - w0) }')"
+        bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
+        record "$impl" "tcp1$1" "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
+        [ -n "$PIDA" ] && record "$impl" "cpugb$1" "$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.3f", (t / hz) / (b / 1e9); else print "nan" }')"
+    }
+    if [ -n "$CC" ]; then
+        tcp1 host
+        use_cc "$CC" || { echo "$impl: could not set congestion control $CC" >&2; ns_del "$A" "$B"; return 1; }
+    fi
+    tcp1 ""
     j="$(cli -P 4)"; end="$(echo "$j" | json_end)"
     bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
     record "$impl" tcp4 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
@@ -135,8 +164,12 @@ bench_run() {
     s="$(echo "$end" | grep -o '"sum":{[^}]*' | head -1)"
     pk="$(echo "$s" | num packets)"; lost="$(echo "$s" | num lost_packets)"; secs="$(echo "$s" | num seconds)"
     record "$impl" udppps "$(awk -v p="${pk:-0}" -v l="${lost:-0}" -v s="${secs:-1}" 'BEGIN { printf "%.0f", (p - l) / s }')"
+    # The metrics this run recorded, for the progress line: the TCP 1-stream ones (three with
+    # daemons, two for plain veth), once or twice, and four more.
+    local per=3; [ -n "$PIDA" ] || per=2
+    local metrics=$((per + 4)); [ -n "$CC" ] && metrics=$((metrics + per))
     record "$impl" udploss "$(awk -v p="${pk:-0}" -v l="${lost:-0}" 'BEGIN { if (p > 0) printf "%.1f", 100 * l / p; else print "nan" }')"
-    echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$([ "$impl" = veth ] && echo 5 || echo 6)" | awk '{ printf "%s=%s ", $2, $3 }')"
+    echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$metrics" | awk '{ printf "%s=%s ", $2, $3 }')"
     ns_del "$A" "$B"
 }
 
@@ -180,13 +213,20 @@ done
 for impl in $IMPLS; do echo "   $(label "$impl") RTT median/p10/p90/mean: $(pct "$impl" rtt) ms"; done
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-# The SVG chart: TCP 1 and 4 streams (Gbit/s, medians) per implementation.
+# The SVG chart: TCP 1 and 4 streams (Gbit/s, medians) per implementation, and TCP 1 stream
+# under the host's congestion control when that was measured too.
 chart() {
-    local rows=""
-    for impl in $IMPLS; do rows+="$(label "$impl")|$(med "$impl" tcp1)|$(med "$impl" tcp4)"$'\n'; done
-    printf '%s' "$rows" | awk -F'|' '
-        { name[NR] = $1; a[NR] = $2 + 0; b[NR] = $3 + 0; if (a[NR] > mx) mx = a[NR]; if (b[NR] > mx) mx = b[NR] }
+    local rows="" impl metric legend="1 stream|4 streams" metrics="tcp1 tcp4"
+    [ -n "$CC" ] && { legend+="|1 stream, $HOST_CC"; metrics+=" tcp1host"; }
+    for impl in $IMPLS; do
+        rows+="$(label "$impl")"
+        for metric in $metrics; do rows+="|$(med "$impl" "$metric")"; done
+        rows+=$'\n'
+    done
+    printf '%s' "$rows" | awk -F'|' -v legend="$legend" '
+        { name[NR] = $1; for (s = 2; s <= NF; s++) { v[NR, s - 1] = $s + 0; if ($s + 0 > mx) mx = $s + 0 }; ns = NF - 1 }
         END {
+            split(legend, lg, "|"); split("#4472c4 #ed7d31 #a5a5a5", col, " ")
             W = 640; H = 320; L = 60; T = 30; B = 50; ph = H - T - B; if (mx <= 0) mx = 1
             top = mx * 1.15; gw = (W - L - 20) / NR
             printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
@@ -194,18 +234,17 @@ chart() {
             printf "<text x=\"%d\" y=\"18\" font-size=\"14\">iperf3 TCP through the tunnel, Gbit/s (median)</text>\n", L
             printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T, L, T + ph
             printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T + ph, W - 20, T + ph
-            for (k = 0; k <= 4; k++) { v = top * k / 4; y = T + ph - ph * k / 4
-                printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", L - 5, y + 4, v
+            for (k = 0; k <= 4; k++) { y = T + ph - ph * k / 4
+                printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", L - 5, y + 4, top * k / 4
                 printf "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - 20, y }
-            for (i = 1; i <= NR; i++) { x = L + (i - 1) * gw + gw * 0.15; bw = gw * 0.33
-                ha = ph * a[i] / top; hb = ph * b[i] / top
-                printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#4472c4\"/>\n", x, T + ph - ha, bw, ha
-                printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.2f</text>\n", x + bw / 2, T + ph - ha - 3, a[i]
-                printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ed7d31\"/>\n", x + bw, T + ph - hb, bw, hb
-                printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.2f</text>\n", x + 1.5 * bw, T + ph - hb - 3, b[i]
-                printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + bw, T + ph + 18, name[i] }
-            printf "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#4472c4\"/><text x=\"%d\" y=\"%d\">1 stream</text>\n", L, H - 18, L + 16, H - 8
-            printf "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#ed7d31\"/><text x=\"%d\" y=\"%d\">4 streams</text>\n", L + 90, H - 18, L + 106, H - 8
+            bw = gw * 0.7 / ns
+            for (i = 1; i <= NR; i++) { x = L + (i - 1) * gw + gw * 0.15
+                for (s = 1; s <= ns; s++) { h = ph * v[i, s] / top; xs = x + (s - 1) * bw
+                    printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", xs, T + ph - h, bw, h, col[s]
+                    printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.2f</text>\n", xs + bw / 2, T + ph - h - 3, v[i, s] }
+                printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + ns * bw / 2, T + ph + 18, name[i] }
+            for (s = 1; s <= ns; s++)
+                printf "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n", L + (s - 1) * 130, H - 18, col[s], L + (s - 1) * 130 + 16, H - 8, lg[s]
             print "</svg>"
         }'
 }
@@ -222,11 +261,13 @@ section() {
     echo "RTT: every implementation's tunnel up at once, $RTT_ROUNDS rounds of \`ping -c $RTT_PINGS -i $RTT_INTERVAL\` per"
     echo "implementation, interleaved in an order that rotates (and reverses) every round, ping pinned to CPU 0 with"
     echo "side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings with the 10th..90th percentile and the mean in"
-    echo "brackets. Timer irq/s: local timer interrupts CPU 0"
-    echo "took per second during the TCP 1-stream run; most are the kernel's TCP pacing timer, one per"
-    echo "TSO frame the iperf3 client sends. Each interrupt costs the sending CPU time whichever"
-    echo "implementation runs (17–25 µs on the VM of 2026-12-04, measured separately: \`docs/design-notes.md\`,"
-    echo "\"The sending CPU's hidden tax\"; not measured by this script)."
+    echo "brackets. Timer irq/s: local timer interrupts CPU 0 took per second during the TCP 1-stream run."
+    if [ -n "$CC" ]; then
+        echo "TCP: iperf3's sockets use $CC, the kernel's default congestion control (per-route \`congctl\` in"
+        echo "both namespaces). This host's default is $HOST_CC; TCP 1 stream under it is in the second table."
+    else
+        echo "TCP: iperf3's sockets use the host's default congestion control, $HOST_CC."
+    fi
     echo
     echo "Run $(date -u "+%Y-%m-%d %H:%M UTC"), vpn binary ${VPN#"$ROOT"/}, kernel $(uname -r), load average at start"
     echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."
@@ -240,11 +281,27 @@ section() {
         echo "| $(label "$impl") | $(cell "$impl" tcp1 %.2f) | $(cell "$impl" tcp4 %.2f) | ${pps:-–} | $(cell "$impl" udploss %.1f) | $(rtt_cell "$impl") | $(cell "$impl" cpugb %.2f) | $(cell "$impl" irq0 %.0f) |"
     done
     echo
+    if [ -n "$CC" ]; then
+        echo "TCP 1 stream under the host's default congestion control, $HOST_CC, in the same runs (before"
+        echo "\`congctl\` was set). Without the \`fq\` qdisc (this kernel has none) BBR paces inside TCP:"
+        echo "a high-resolution timer per TSO frame the iperf3 client sends, which is most of the timer"
+        echo "interrupts below. Each costs the sending CPU time whichever implementation runs (17–25 µs"
+        echo "on the VM of 2026-12-04, measured separately: \`docs/design-notes.md\`, \"The sending CPU's"
+        echo "hidden tax\"), so the tax grows with the rate."
+        echo
+        echo "| implementation | TCP 1 stream Gbit/s ($HOST_CC) | CPU-s/GB | timer irq/s on CPU 0 |"
+        echo "|---|---:|---:|---:|"
+        for impl in $IMPLS; do
+            echo "| $(label "$impl") | $(cell "$impl" tcp1host %.2f) | $(cell "$impl" cpugbhost %.2f) | $(cell "$impl" irq0host %.0f) |"
+        done
+    fi
+    echo
     echo "![TCP throughput per implementation](tunnel-benchmark.svg)"
     echo
     echo "Same-run ratios (medians):"
     echo "- TCP 1 stream: vpn/boringtun-cli $(ratio vpn boringtun tcp1), vpn/wireguard-go $(ratio vpn wggo tcp1) (targets ≥ 3.5× and ≥ 6×);"
     echo "  vpn reaches $(ratio vpn veth tcp1) of plain veth."
+    [ -n "$CC" ] && echo "- TCP 1 stream under $HOST_CC: vpn/boringtun-cli $(ratio vpn boringtun tcp1host), vpn/wireguard-go $(ratio vpn wggo tcp1host); CPU-s/GB vpn/boringtun-cli $(ratio vpn boringtun cpugbhost)."
     echo "- TCP 4 streams: vpn/boringtun-cli $(ratio vpn boringtun tcp4), vpn/wireguard-go $(ratio vpn wggo tcp4)."
     echo "- CPU-s/GB: vpn/boringtun-cli $(ratio vpn boringtun cpugb), vpn/wireguard-go $(ratio vpn wggo cpugb) (target ≤ 0.3× boringtun-cli)."
     echo "- RTT (median; mean): vpn $(pct vpn rtt | awk '{ print $1 "; " $4 }') ms, boringtun-cli $(pct boringtun rtt | awk '{ print $1 "; " $4 }') ms,"
