@@ -164,11 +164,11 @@ bench_run() {
     s="$(echo "$end" | grep -o '"sum":{[^}]*' | head -1)"
     pk="$(echo "$s" | num packets)"; lost="$(echo "$s" | num lost_packets)"; secs="$(echo "$s" | num seconds)"
     record "$impl" udppps "$(awk -v p="${pk:-0}" -v l="${lost:-0}" -v s="${secs:-1}" 'BEGIN { printf "%.0f", (p - l) / s }')"
-    # The metrics this run recorded, for the progress line: the TCP 1-stream ones (three with
-    # daemons, two for plain veth), once or twice, and four more.
-    local per=3; [ -n "$PIDA" ] || per=2
-    local metrics=$((per + 4)); [ -n "$CC" ] && metrics=$((metrics + per))
     record "$impl" udploss "$(awk -v p="${pk:-0}" -v l="${lost:-0}" 'BEGIN { if (p > 0) printf "%.1f", 100 * l / p; else print "nan" }')"
+    # The metrics this run recorded, for the progress line: the TCP 1-stream ones (three with
+    # daemons, two for plain veth) once or twice, then TCP 4 streams and UDP's two.
+    local per=3 metrics; [ -n "$PIDA" ] || per=2
+    metrics=$((per + 3)); [ -n "$CC" ] && metrics=$((metrics + per))
     echo "   $(label "$impl") run $run: $(grep "^$impl " "$RES" | tail -n "$metrics" | awk '{ printf "%s=%s ", $2, $3 }')"
     ns_del "$A" "$B"
 }
