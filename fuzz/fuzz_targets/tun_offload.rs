@@ -56,7 +56,8 @@ fuzz_target!(|data: &[u8]| {
             segments += 1;
             continue;
         }
-        let mut frame = bufs[i][OFF - VIRTIO_NET_HDR_LEN..OFF + gro.len(i)].to_vec();
+        let mut frame = gro.frame(&bufs, i, OFF);
+        assert_eq!(frame.len(), VIRTIO_NET_HDR_LEN + gro.len(i));
         let mut out = vec![vec![0u8; OFF + 65_535]; 128];
         let mut out_sizes = vec![0usize; 128];
         let s = split_frame(&mut frame, &mut out, &mut out_sizes, OFF).expect("GRO output splits");

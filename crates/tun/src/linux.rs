@@ -288,8 +288,17 @@ impl LinuxTun {
 
     /// Writes one frame (virtio header included when enabled).
     fn write_once(&self, frame: &[u8]) -> io::Result<()> {
+        self.write_pieces(&[io::IoSlice::new(frame)])
+    }
+
+    /// Writes one frame given in pieces (one piece: a plain `write`).
+    fn write_pieces(&self, pieces: &[io::IoSlice<'_>]) -> io::Result<()> {
         loop {
-            match sys::write(self.fd.as_raw_fd(), frame) {
+            let r = match pieces {
+                [one] => sys::write(self.fd.as_raw_fd(), one),
+                _ => sys::writev(self.fd.as_raw_fd(), pieces),
+            };
+            match r {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLOUT)?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -429,9 +438,16 @@ impl LinuxTun {
         let mut gro = self.gro.lock();
         gro.coalesce(bufs, sizes, offset, self.uso)?;
         let mut first_err = None;
+        // A merged packet goes out as its pieces (first packet, then the others' payloads):
+        // the kernel gathers them while they are still in cache.
+        let mut pieces = Vec::new();
         for &i in gro.to_write() {
-            let frame = &bufs[i][offset - VIRTIO_NET_HDR_LEN..offset + gro.len(i)];
-            match self.write_once(frame) {
+            pieces.clear();
+            pieces.extend(
+                gro.segments(i, offset)
+                    .map(|(b, r)| io::IoSlice::new(&bufs[b][r])),
+            );
+            match self.write_pieces(&pieces) {
                 Ok(()) => {}
                 Err(e) if is_closed_err(&e) => return Err(e),
                 // Like wireguard-go: keep writing the rest, report an error afterwards.

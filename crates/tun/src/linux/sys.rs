@@ -214,6 +214,15 @@ pub(crate) fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     cvt_size(unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) })
 }
 
+/// `writev(2)`: the pieces written as one frame. At most `IOV_MAX` (1024) pieces.
+pub(crate) fn writev(fd: RawFd, pieces: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    let n = libc::c_int::try_from(pieces.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many pieces"))?;
+    // SAFETY: IoSlice is ABI-compatible with iovec on Unix (std guarantees it); the kernel
+    // reads `n` iovecs from the slice and at most each one's length from its buffer.
+    cvt_size(unsafe { libc::writev(fd, pieces.as_ptr().cast(), n) })
+}
+
 /// A non-blocking `NETLINK_ROUTE` socket subscribed to link notifications.
 pub(crate) fn netlink_link_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket(2) with constant arguments; checked by owned().

@@ -5,8 +5,11 @@
 //! One pass over the batch; the tables live in [`GroTable`] and are cleared, not freed, per
 //! call, so nothing is allocated once the table has seen a full batch. Flows are found by a
 //! newest-first scan of the items, which is also the order the reference visits a flow's items.
-//! Packets are merged into the spare room after the first packet of a group (the caller's
-//! buffers are ~64 KiB); a prepend swaps buffer slots so the group keeps the earlier slot.
+//! Packets are not moved: a group is a chain of the batch's buffers, its first packet whole
+//! and the payloads of the rest, which the writer hands to the kernel in one `writev`
+//! ([`segments`](GroTable::segments)). Copying the payloads behind the first packet instead
+//! (as the reference does) wrote into cold lines of that buffer, which the kernel then read
+//! back.
 
 use std::io;
 
@@ -99,7 +102,10 @@ struct TcpItem {
     key: FlowKey,
     /// Sequence number of the first byte in the (possibly merged) packet.
     seq: u32,
+    /// The group's slot (in `to_write`).
     index: usize,
+    /// The buffer of the group's last segment.
+    tail: usize,
     merged: u16,
     gso_size: u16,
     iph_len: u8,
@@ -110,7 +116,10 @@ struct TcpItem {
 #[derive(Clone, Copy, Debug)]
 struct UdpItem {
     key: FlowKey,
+    /// The group's slot (in `to_write`).
     index: usize,
+    /// The buffer of the group's last segment.
+    tail: usize,
     merged: u16,
     gso_size: u16,
     iph_len: u8,
@@ -127,7 +136,7 @@ enum Fit {
 
 enum Merge {
     Done,
-    NoRoom,
+    TooLong,
     PshEnding,
     ItemBadChecksum,
     PacketBadChecksum,
@@ -144,15 +153,26 @@ enum Outcome {
 
 /// Reusable GRO state for one writer (`tcpGROTable` + `udpGROTable` + the write list).
 ///
-/// [`coalesce`](Self::coalesce) rewrites the batch in place; afterwards
-/// [`to_write`](Self::to_write) lists the buffers to hand to the kernel (each with its virtio
-/// header in the 10 bytes before `offset`) and [`len`](Self::len) their new packet lengths.
+/// [`coalesce`](Self::coalesce) rewrites headers in place; afterwards
+/// [`to_write`](Self::to_write) lists the slots to hand to the kernel, [`len`](Self::len) their
+/// packet lengths and [`segments`](Self::segments) the pieces of each (the first with the
+/// virtio header in the 10 bytes before `offset`).
 #[derive(Debug)]
 pub struct GroTable {
     tcp: Vec<TcpItem>,
     udp: Vec<UdpItem>,
     to_write: Vec<usize>,
+    /// Per slot: the packet length after coalescing.
     lens: Vec<usize>,
+    /// Per buffer: the length of its own packet.
+    own: Vec<usize>,
+    /// Per slot: the buffer holding its first packet (the slot's own, unless a packet was
+    /// prepended to its group).
+    first: Vec<usize>,
+    /// Per buffer: the buffer of the group's next segment, or [`END`].
+    next: Vec<usize>,
+    /// Per slot: the header bytes each later segment's payload starts after.
+    skip: Vec<usize>,
     /// Whether a packet's transport checksum is verified before it is merged (see
     /// [`set_verify_checksums`](Self::set_verify_checksums)).
     verify: bool,
@@ -173,6 +193,10 @@ impl GroTable {
             udp: Vec::with_capacity(BATCH),
             to_write: Vec::with_capacity(BATCH),
             lens: Vec::with_capacity(BATCH),
+            own: Vec::with_capacity(BATCH),
+            first: Vec::with_capacity(BATCH),
+            next: Vec::with_capacity(BATCH),
+            skip: Vec::with_capacity(BATCH),
             verify: true,
         }
     }
@@ -195,15 +219,43 @@ impl GroTable {
         !self.verify || checksum_valid(pkt, iph_len, proto, v6)
     }
 
-    /// Indices (into the `bufs` given to [`coalesce`](Self::coalesce)) of the buffers to write,
-    /// in batch order.
+    /// Slots (indices into the `bufs` given to [`coalesce`](Self::coalesce)) to write, in
+    /// batch order.
     pub fn to_write(&self) -> &[usize] {
         &self.to_write
     }
 
-    /// The packet length (after `offset`) of buffer `i` after coalescing.
+    /// The packet length of slot `i` after coalescing (the virtio header not counted).
     pub fn len(&self, i: usize) -> usize {
         self.lens.get(i).copied().unwrap_or(0)
+    }
+
+    /// The pieces of the frame of slot `i` (one of [`to_write`](Self::to_write)) in order, as
+    /// (buffer index, byte range in that buffer) for the `bufs` and `offset` given to
+    /// [`coalesce`](Self::coalesce): the first packet with its virtio header, then each merged
+    /// packet's payload. Empty for an index out of range.
+    pub fn segments(&self, i: usize, offset: usize) -> Segments<'_> {
+        let (at, skip) = match self.first.get(i) {
+            Some(&f) => (f, self.skip[i]),
+            None => (END, 0),
+        };
+        Segments {
+            table: self,
+            at,
+            offset,
+            skip,
+            head: true,
+        }
+    }
+
+    /// Slot `i`'s frame (virtio header and packet) gathered into one vector: what the kernel
+    /// receives. Allocates; for tests and tools, the writer uses [`segments`](Self::segments).
+    pub fn frame<B: AsRef<[u8]>>(&self, bufs: &[B], i: usize, offset: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(VIRTIO_NET_HDR_LEN + self.len(i));
+        for (b, r) in self.segments(i, offset) {
+            out.extend_from_slice(&bufs[b].as_ref()[r]);
+        }
+        out
     }
 
     /// Whether the last batch was empty.
@@ -216,13 +268,14 @@ impl GroTable {
         self.lens.len() - self.to_write.len()
     }
 
-    /// Runs GRO over the batch: packet `i` is `bufs[i][offset..offset + sizes[i]]`, the bytes
-    /// after it up to `bufs[i].len()` are room to merge into and the 10 bytes before `offset`
-    /// receive the virtio header. `udp_gro` enables UDP coalescing (the kernel took USO).
+    /// Runs GRO over the batch: packet `i` is `bufs[i][offset..offset + sizes[i]]` and the 10
+    /// bytes before `offset` receive the virtio header. `udp_gro` enables UDP coalescing (the
+    /// kernel took USO).
     ///
-    /// Merged buffers may trade places in `bufs` (a prepend keeps the group in the earlier
-    /// slot). Errors only on a malformed call (offset below 10, a size past its buffer, more
-    /// than 65 535 buffers), before anything is modified.
+    /// Only the headers of a group's first packet and the virtio headers are written; no
+    /// payload moves, so a buffer needs no room beyond its packet. Errors only on a malformed
+    /// call (offset below 10, a size past its buffer, more than 65 535 buffers), before anything
+    /// is modified.
     pub fn coalesce<B: AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         bufs: &mut [B],
@@ -234,6 +287,10 @@ impl GroTable {
         self.udp.clear();
         self.to_write.clear();
         self.lens.clear();
+        self.own.clear();
+        self.first.clear();
+        self.next.clear();
+        self.skip.clear();
         if bufs.len() != sizes.len() || bufs.len() > usize::from(u16::MAX) {
             return Err(invalid("bufs and sizes differ in length or exceed 65535"));
         }
@@ -249,6 +306,10 @@ impl GroTable {
             }
         }
         self.lens.extend_from_slice(sizes);
+        self.own.extend_from_slice(sizes);
+        self.first.extend(0..bufs.len());
+        self.next.resize(bufs.len(), END);
+        self.skip.resize(bufs.len(), 0);
         if bufs.len() == 1 {
             // Nothing to merge with (a quiet tunnel writes packet by packet): no flow lookup.
             self.to_write.push(0);
@@ -281,7 +342,7 @@ impl GroTable {
         pi: usize,
         v6: bool,
     ) -> Outcome {
-        let len = self.lens[pi];
+        let len = self.own[pi];
         let pkt = &bufs[pi].as_ref()[offset..offset + len];
         let Some(iph_len) = ip_layout(pkt, v6, len) else {
             return Outcome::Noop;
@@ -314,8 +375,19 @@ impl GroTable {
             if item.key != key {
                 continue;
             }
+            let head = self.first[item.index];
+            let pkt = &bufs[pi].as_ref()[offset..offset + len];
+            let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
             let fit = tcp_fit(
-                bufs, offset, pi, &self.lens, iph_len, tcph_len, seq, psh, gso_size, &item,
+                pkt,
+                target,
+                self.lens[item.index],
+                iph_len,
+                tcph_len,
+                seq,
+                psh,
+                gso_size,
+                &item,
             );
             if fit == Fit::No {
                 continue;
@@ -330,13 +402,14 @@ impl GroTable {
                     self.tcp.remove(j);
                 }
                 Merge::PacketBadChecksum => return Outcome::Noop,
-                Merge::NoRoom | Merge::PshEnding => {}
+                Merge::TooLong | Merge::PshEnding => {}
             }
         }
         self.tcp.push(TcpItem {
             key,
             seq,
             index: pi,
+            tail: pi,
             merged: 0,
             gso_size,
             iph_len: iph_len as u8,
@@ -359,59 +432,41 @@ impl GroTable {
         item: &mut TcpItem,
         v6: bool,
     ) -> Merge {
+        let slot = item.index;
+        let head = self.first[slot];
         let headers = usize::from(item.iph_len) + usize::from(item.tcph_len);
-        let item_len = self.lens[item.index];
-        let pkt_len = self.lens[pi];
-        let merged_len = item_len + pkt_len - headers;
-        if merged_len > MAX_PACKET {
-            return Merge::NoRoom;
+        let pkt_len = self.own[pi];
+        let merged_len = self.lens[slot] + pkt_len - headers;
+        if merged_len > MAX_PACKET || usize::from(item.merged) + 2 > MAX_SEGMENTS {
+            return Merge::TooLong;
         }
         let iph = item.iph_len;
+        if fit == Fit::Prepend && psh {
+            return Merge::PshEnding;
+        }
+        let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
+        if item.merged == 0 && !self.verified(target, iph, IPPROTO_TCP, v6) {
+            return Merge::ItemBadChecksum;
+        }
+        let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
+        if !self.verified(pkt, iph, IPPROTO_TCP, v6) {
+            return Merge::PacketBadChecksum;
+        }
         if fit == Fit::Prepend {
-            if offset + merged_len > bufs[pi].as_ref().len() {
-                return Merge::NoRoom;
-            }
-            if psh {
-                return Merge::PshEnding;
-            }
-            let target = &bufs[item.index].as_ref()[offset..offset + item_len];
-            if item.merged == 0 && !self.verified(target, iph, IPPROTO_TCP, v6) {
-                return Merge::ItemBadChecksum;
-            }
-            let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
-            if !self.verified(pkt, iph, IPPROTO_TCP, v6) {
-                return Merge::PacketBadChecksum;
-            }
+            // The packet leads the group now; its headers are the group's.
             item.seq = seq;
-            // Items always precede the packet being evaluated.
-            let (lo, hi) = bufs.split_at_mut(pi);
-            let src = &lo[item.index].as_ref()[offset + headers..offset + item_len];
-            hi[0].as_mut()[offset + pkt_len..offset + merged_len].copy_from_slice(src);
-            self.lens[pi] = merged_len;
-            bufs.swap(item.index, pi);
-            self.lens.swap(item.index, pi);
+            self.next[pi] = head;
+            self.first[slot] = pi;
         } else {
-            if offset + merged_len > bufs[item.index].as_ref().len() {
-                return Merge::NoRoom;
-            }
-            let target = &bufs[item.index].as_ref()[offset..offset + item_len];
-            if item.merged == 0 && !self.verified(target, iph, IPPROTO_TCP, v6) {
-                return Merge::ItemBadChecksum;
-            }
-            let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
-            if !self.verified(pkt, iph, IPPROTO_TCP, v6) {
-                return Merge::PacketBadChecksum;
-            }
-            let (lo, hi) = bufs.split_at_mut(pi);
-            let dst = lo[item.index].as_mut();
             if psh {
                 item.psh = true;
-                dst[offset + usize::from(iph) + TCP_FLAGS_OFFSET] |= TCP_FLAG_PSH;
+                bufs[head].as_mut()[offset + usize::from(iph) + TCP_FLAGS_OFFSET] |= TCP_FLAG_PSH;
             }
-            let src = &hi[0].as_ref()[offset + headers..offset + pkt_len];
-            dst[offset + item_len..offset + merged_len].copy_from_slice(src);
-            self.lens[item.index] = merged_len;
+            self.next[item.tail] = pi;
+            item.tail = pi;
         }
+        self.lens[slot] = merged_len;
+        self.skip[slot] = headers;
         if gso_size > item.gso_size {
             item.gso_size = gso_size;
         }
@@ -426,7 +481,7 @@ impl GroTable {
         pi: usize,
         v6: bool,
     ) -> Outcome {
-        let len = self.lens[pi];
+        let len = self.own[pi];
         let pkt = &bufs[pi].as_ref()[offset..offset + len];
         let Some(iph_len) = ip_layout(pkt, v6, len) else {
             return Outcome::Noop;
@@ -445,8 +500,9 @@ impl GroTable {
         let mut csum_invalid = false;
         if let Some(j) = self.udp.iter().rposition(|it| it.key == key) {
             let item = self.udp[j];
-            let target = &bufs[item.index].as_ref()[offset..offset + self.lens[item.index]];
-            let tail_ok = (target.len() - usize::from(item.iph_len) - UDP_HEADER_LEN)
+            let head = self.first[item.index];
+            let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
+            let tail_ok = (self.lens[item.index] - usize::from(item.iph_len) - UDP_HEADER_LEN)
                 % usize::from(item.gso_size)
                 == 0;
             if ip_headers_can_coalesce(pkt, target) && tail_ok && gso_size <= item.gso_size {
@@ -461,6 +517,7 @@ impl GroTable {
         self.udp.push(UdpItem {
             key,
             index: pi,
+            tail: pi,
             merged: 0,
             gso_size,
             iph_len: iph_len as u8,
@@ -478,14 +535,15 @@ impl GroTable {
         v6: bool,
     ) -> Merge {
         let item = self.udp[j];
+        let slot = item.index;
+        let head = self.first[slot];
         let headers = usize::from(item.iph_len) + UDP_HEADER_LEN;
-        let item_len = self.lens[item.index];
-        let pkt_len = self.lens[pi];
-        let merged_len = item_len + pkt_len - headers;
-        if merged_len > MAX_PACKET || offset + merged_len > bufs[item.index].as_ref().len() {
-            return Merge::NoRoom;
+        let pkt_len = self.own[pi];
+        let merged_len = self.lens[slot] + pkt_len - headers;
+        if merged_len > MAX_PACKET || usize::from(item.merged) + 2 > MAX_SEGMENTS {
+            return Merge::TooLong;
         }
-        let target = &bufs[item.index].as_ref()[offset..offset + item_len];
+        let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
         if item.merged == 0
             && (item.csum_invalid || !self.verified(target, item.iph_len, IPPROTO_UDP, v6))
         {
@@ -495,11 +553,12 @@ impl GroTable {
         if !self.verified(pkt, item.iph_len, IPPROTO_UDP, v6) {
             return Merge::PacketBadChecksum;
         }
-        let (lo, hi) = bufs.split_at_mut(pi);
-        let src = &hi[0].as_ref()[offset + headers..offset + pkt_len];
-        lo[item.index].as_mut()[offset + item_len..offset + merged_len].copy_from_slice(src);
-        self.lens[item.index] = merged_len;
-        self.udp[j].merged += 1;
+        self.next[item.tail] = pi;
+        self.lens[slot] = merged_len;
+        self.skip[slot] = headers;
+        let item = &mut self.udp[j];
+        item.tail = pi;
+        item.merged += 1;
         Merge::Done
     }
 
@@ -511,7 +570,7 @@ impl GroTable {
         for &i in &self.to_write {
             // Also covers items dropped for a bad checksum, which the reference leaves with
             // whatever bytes were in the headroom.
-            bufs[i].as_mut()[hdr_at..offset].fill(0);
+            bufs[self.first[i]].as_mut()[hdr_at..offset].fill(0);
         }
         for item in self.tcp.iter().filter(|it| it.merged > 0) {
             let iph = usize::from(item.iph_len);
@@ -527,11 +586,19 @@ impl GroTable {
                 csum_start: iph as u16,
                 csum_offset: 16,
             };
-            let buf = bufs[item.index].as_mut();
+            let head = self.first[item.index];
+            let buf = bufs[head].as_mut();
             let ok = hdr.encode(&mut buf[hdr_at..offset]);
             debug_assert!(ok);
-            let pkt = &mut buf[offset..offset + self.lens[item.index]];
-            finish_ip_and_pseudo(pkt, iph, item.key.v6, IPPROTO_TCP, 16);
+            let pkt = &mut buf[offset..offset + self.own[head]];
+            finish_ip_and_pseudo(
+                pkt,
+                self.lens[item.index],
+                iph,
+                item.key.v6,
+                IPPROTO_TCP,
+                16,
+            );
         }
         for item in self.udp.iter().filter(|it| it.merged > 0) {
             let iph = usize::from(item.iph_len);
@@ -543,22 +610,63 @@ impl GroTable {
                 csum_start: iph as u16,
                 csum_offset: 6,
             };
-            let buf = bufs[item.index].as_mut();
+            let head = self.first[item.index];
+            let len = self.lens[item.index];
+            let buf = bufs[head].as_mut();
             let ok = hdr.encode(&mut buf[hdr_at..offset]);
             debug_assert!(ok);
-            let pkt = &mut buf[offset..offset + self.lens[item.index]];
-            let udp_len = (pkt.len() - iph) as u16;
-            put16(pkt, iph + 4, udp_len);
-            finish_ip_and_pseudo(pkt, iph, item.key.v6, IPPROTO_UDP, 6);
+            let pkt = &mut buf[offset..offset + self.own[head]];
+            put16(pkt, iph + 4, (len - iph) as u16);
+            finish_ip_and_pseudo(pkt, len, iph, item.key.v6, IPPROTO_UDP, 6);
         }
     }
 }
 
-/// Sets the IP length fields of a merged packet (and the IPv4 header checksum), then stores the
-/// folded, non-inverted pseudo-header sum in the transport checksum field for the kernel to
-/// complete.
-fn finish_ip_and_pseudo(pkt: &mut [u8], iph: usize, v6: bool, proto: u8, csum_offset: usize) {
-    let len = pkt.len();
+/// Most packets in one group: the pieces of one `writev` (`IOV_MAX`).
+pub const MAX_SEGMENTS: usize = 1024;
+
+/// The end of a group's chain of segments.
+const END: usize = usize::MAX;
+
+/// The pieces of one frame to write ([`GroTable::segments`]).
+#[derive(Debug)]
+pub struct Segments<'a> {
+    table: &'a GroTable,
+    /// The buffer of the next piece, or [`END`].
+    at: usize,
+    offset: usize,
+    skip: usize,
+    head: bool,
+}
+
+impl Iterator for Segments<'_> {
+    type Item = (usize, std::ops::Range<usize>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.at;
+        let own = *self.table.own.get(b)?;
+        let start = if self.head {
+            self.offset - VIRTIO_NET_HDR_LEN
+        } else {
+            self.offset + self.skip
+        };
+        self.head = false;
+        self.at = self.table.next[b];
+        Some((b, start..self.offset + own))
+    }
+}
+
+/// Sets the IP length fields of a merged packet of `len` bytes (and the IPv4 header checksum),
+/// then stores the folded, non-inverted pseudo-header sum in the transport checksum field for
+/// the kernel to complete. `pkt` is its first packet, whose headers are the merged packet's.
+fn finish_ip_and_pseudo(
+    pkt: &mut [u8],
+    len: usize,
+    iph: usize,
+    v6: bool,
+    proto: u8,
+    csum_offset: usize,
+) {
     let transport_len = (len - iph) as u16;
     let (at, n) = if v6 {
         put16(pkt, 4, transport_len);
@@ -614,13 +722,13 @@ fn ip_headers_can_coalesce(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// `tcpPacketsCanCoalesce`: whether packet `pi` follows (append) or precedes (prepend) `item`.
+/// `tcpPacketsCanCoalesce`: whether packet `pkt` follows (append) or precedes (prepend)
+/// `item`, whose first packet is `target` and whose merged length is `target_len`.
 #[allow(clippy::too_many_arguments)]
-fn tcp_fit<B: AsRef<[u8]>>(
-    bufs: &[B],
-    offset: usize,
-    pi: usize,
-    lens: &[usize],
+fn tcp_fit(
+    pkt: &[u8],
+    target: &[u8],
+    target_len: usize,
     iph_len: usize,
     tcph_len: usize,
     seq: u32,
@@ -628,8 +736,6 @@ fn tcp_fit<B: AsRef<[u8]>>(
     gso_size: u16,
     item: &TcpItem,
 ) -> Fit {
-    let pkt = &bufs[pi].as_ref()[offset..offset + lens[pi]];
-    let target = &bufs[item.index].as_ref()[offset..offset + lens[item.index]];
     if tcph_len != usize::from(item.tcph_len) {
         return Fit::No;
     }
@@ -646,7 +752,7 @@ fn tcp_fit<B: AsRef<[u8]>>(
     let item_bytes = u32::from(item.gso_size) * (u32::from(item.merged) + 1);
     if seq == item.seq.wrapping_add(item_bytes) {
         // After the item: not past a PSH, not after a short segment, not larger.
-        let target_payload = target.len() - iph_len - tcph_len;
+        let target_payload = target_len - iph_len - tcph_len;
         if item.psh || target_payload % usize::from(item.gso_size) != 0 || gso_size > item.gso_size
         {
             return Fit::No;

@@ -15,7 +15,7 @@ pub mod split;
 #[cfg(test)]
 pub(crate) mod testpkt;
 
-pub use gro::GroTable;
+pub use gro::{GroTable, Segments};
 
 /// Length of `struct virtio_net_hdr` as the TUN driver uses it with `IFF_VNET_HDR`.
 pub const VIRTIO_NET_HDR_LEN: usize = 10;

@@ -7,6 +7,8 @@ use crate::offload::VIRTIO_NET_HDR_GSO_NONE;
 const OFF: usize = VIRTIO_NET_HDR_LEN;
 
 struct Run {
+    /// The batch's buffers after coalescing, each slot to write replaced by its gathered frame
+    /// (virtio header, then the packet): what the kernel receives.
     bufs: Vec<Vec<u8>>,
     to_write: Vec<usize>,
     lens: Vec<usize>,
@@ -25,6 +27,10 @@ fn run_verifying(pkts: &[Vec<u8>], udp_gro: bool, verify: bool) -> Run {
         .expect("well-formed call");
     let to_write = t.to_write().to_vec();
     let lens = to_write.iter().map(|&i| t.len(i)).collect();
+    let frames: Vec<_> = to_write.iter().map(|&i| t.frame(&bufs, i, OFF)).collect();
+    for (&i, f) in to_write.iter().zip(frames) {
+        bufs[i] = f;
+    }
     Run {
         bufs,
         to_write,
@@ -189,7 +195,7 @@ fn out_of_order() {
     let r = run(&pkts, true);
     assert_eq!(r.to_write, [0]);
     assert_eq!(r.lens, [340]);
-    // The prepend swapped slots: slot 0 now starts at seq 1 and carries the stream in order.
+    // The prepended packet leads: slot 0 now starts at seq 1 and carries the stream in order.
     let p = &r.bufs[0][OFF..OFF + 340];
     assert_eq!(be32(p, 24), 1);
     assert!(p[40..]
@@ -311,13 +317,23 @@ fn size_rules() {
 }
 
 #[test]
-fn no_room_means_no_merge() {
+fn merging_needs_no_room_but_stays_within_limits() {
+    // Buffers just large enough for their own packets still merge: nothing is copied...
     let pkts = [tcp(A4, B4, ACK, 100, 1), tcp(A4, B4, ACK, 100, 101)];
-    let (mut bufs, sizes) = batch(&pkts, OFF, OFF + 150);
+    let (mut bufs, sizes) = batch(&pkts, OFF, OFF + 140);
+    let before = bufs.clone();
     let mut t = GroTable::new();
     t.coalesce(&mut bufs, &sizes, OFF, true).unwrap();
-    assert_eq!(t.to_write(), [0, 1]);
-    // And never beyond 65535 bytes even with room.
+    assert_eq!(t.to_write(), [0]);
+    assert_eq!(t.len(0), 240);
+    assert_eq!(
+        t.segments(0, OFF).collect::<Vec<_>>(),
+        [(0, 0..OFF + 140), (1, OFF + 40..OFF + 140)]
+    );
+    // ...the second buffer is untouched and the first only had its headers rewritten.
+    assert_eq!(bufs[1], before[1]);
+    assert_eq!(bufs[0][OFF + 40..], before[0][OFF + 40..]);
+    // Never beyond 65535 bytes.
     let pkts: Vec<_> = (0..3)
         .map(|i| tcp(A4, B4, ACK, 30_000, 1 + i * 30_000))
         .collect();
@@ -489,4 +505,14 @@ fn randomized_streams_reassemble_in_order() {
         let want: usize = pkts.iter().map(|p| payload_len(p)).sum();
         assert_eq!(total_payload, want, "no payload lost or duplicated");
     }
+}
+
+#[test]
+fn never_more_segments_than_one_writev_takes() {
+    // 1-byte UDP datagrams: 1 100 of them fit in 65 535 bytes, but a group stops at
+    // MAX_SEGMENTS pieces and the rest start a new one.
+    let pkts: Vec<_> = (0..1100).map(|_| udp(A4, B4, 1)).collect();
+    let r = run(&pkts, true);
+    assert_eq!(r.to_write, [0, MAX_SEGMENTS]);
+    assert_eq!(r.lens, [28 + MAX_SEGMENTS, 28 + (1100 - MAX_SEGMENTS)]);
 }
