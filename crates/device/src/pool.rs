@@ -2,8 +2,8 @@
 //!
 //! Every packet lives in a buffer of [`BUFFER_SIZE`] bytes from a pool: large enough for the
 //! biggest datagram plus headroom, so that decryption and encryption work in place and a TUN
-//! super-packet or a UDP GRO run can be read straight into one. A pool may be capped, and a taker then waits (it never allocates around the cap)
-//! until buffers come back.
+//! super-packet or a UDP GRO run can be read straight into one. A pool may be capped, and a
+//! taker then waits (it never allocates around the cap) until buffers come back.
 //!
 //! The free list is a stack: the buffer taken next is the one returned last, still in cache and
 //! in the TLB. A FIFO queue hands out the least recently used buffer instead, so on a quiet

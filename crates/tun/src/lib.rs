@@ -43,8 +43,8 @@ pub trait Device: Send + Sync {
 
     /// Writes a batch of packets. Packet `i` is `bufs[i][offset..offset + sizes[i]]`. The bytes
     /// before `offset` are headroom and the bytes after the packet are spare room; an
-    /// implementation may overwrite both (virtio header, GRO coalescing). Returns how many
-    /// buffers were consumed.
+    /// implementation may overwrite both (virtio header; Linux GRO rewrites only headers and
+    /// headroom) and the packets' headers. Returns how many buffers were consumed.
     fn write(&self, bufs: &mut [&mut [u8]], sizes: &[usize], offset: usize) -> io::Result<usize>;
 
     /// The interface MTU.

@@ -439,15 +439,24 @@ impl LinuxTun {
         gro.coalesce(bufs, sizes, offset, self.uso)?;
         let mut first_err = None;
         // A merged packet goes out as its pieces (first packet, then the others' payloads):
-        // the kernel gathers them while they are still in cache.
-        let mut pieces = Vec::new();
+        // the kernel gathers them while they are still in cache. A frame of a device batch has
+        // at most OFFLOAD_BATCH pieces, gathered on the stack; a larger one (a caller writing
+        // bigger batches) is copied into one buffer instead.
+        let mut pieces = [io::IoSlice::new(&[]); OFFLOAD_BATCH];
         for &i in gro.to_write() {
-            pieces.clear();
-            pieces.extend(
-                gro.segments(i, offset)
-                    .map(|(b, r)| io::IoSlice::new(&bufs[b][r])),
-            );
-            match self.write_pieces(&pieces) {
+            let mut n = 0;
+            for (b, r) in gro.segments(i) {
+                if let Some(p) = pieces.get_mut(n) {
+                    *p = io::IoSlice::new(&bufs[b][r]);
+                }
+                n += 1;
+            }
+            let written = if n <= OFFLOAD_BATCH {
+                self.write_pieces(&pieces[..n])
+            } else {
+                self.write_once(&gro.frame(bufs, i))
+            };
+            match written {
                 Ok(()) => {}
                 Err(e) if is_closed_err(&e) => return Err(e),
                 // Like wireguard-go: keep writing the rest, report an error afterwards.

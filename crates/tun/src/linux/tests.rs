@@ -446,3 +446,45 @@ fn tcp_stream_is_split_on_read_and_coalesced_on_write() {
         });
     });
 }
+
+/// A write of more small datagrams of one flow than a UDP GSO packet may carry: they go out in
+/// groups the kernel accepts (gathered from separate buffers), every datagram delivered, in
+/// order.
+#[test]
+fn many_small_datagrams_are_coalesced_in_groups_the_kernel_takes() {
+    require_root!();
+    Netns::new().run(|| {
+        let tun = LinuxTun::create("vt0", 1500).unwrap();
+        if !tun.uso_enabled() {
+            eprintln!("kernel without USO on TUN: UDP is not coalesced, nothing to check");
+            return;
+        }
+        ip(&["addr", "add", "100.64.0.1/24", "dev", "vt0"]);
+        ip(&["link", "set", "vt0", "up"]);
+        let sock = UdpSocket::bind("100.64.0.1:5300").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        const N: usize = 200;
+        let src = crate::offload::testpkt::ep4([100, 64, 0, 2], 4000);
+        let dst = crate::offload::testpkt::ep4([100, 64, 0, 1], 5300);
+        let mut storage: Vec<Vec<u8>> = (0..N)
+            .map(|i| {
+                let mut p = crate::offload::testpkt::udp(src, dst, 2);
+                put16(&mut p, 28, i as u16);
+                fix_checksums(&mut p);
+                let mut b = vec![0u8; OFF];
+                b.extend_from_slice(&p);
+                b
+            })
+            .collect();
+        let sizes = vec![30usize; N];
+        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        assert_eq!(tun.write(&mut bufs, &sizes, OFF).unwrap(), N);
+        let groups = N.div_ceil(crate::offload::gro::MAX_UDP_SEGMENTS) as u64;
+        assert_eq!(tun.stats().gro_coalesced, N as u64 - groups);
+        let mut buf = [0u8; 64];
+        for i in 0..N {
+            let n = sock.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &(i as u16).to_be_bytes(), "datagram {i}");
+        }
+    });
+}

@@ -173,6 +173,8 @@ pub struct GroTable {
     next: Vec<usize>,
     /// Per slot: the header bytes each later segment's payload starts after.
     skip: Vec<usize>,
+    /// The `offset` of the last [`coalesce`](Self::coalesce).
+    offset: usize,
     /// Whether a packet's transport checksum is verified before it is merged (see
     /// [`set_verify_checksums`](Self::set_verify_checksums)).
     verify: bool,
@@ -197,6 +199,7 @@ impl GroTable {
             first: Vec::with_capacity(BATCH),
             next: Vec::with_capacity(BATCH),
             skip: Vec::with_capacity(BATCH),
+            offset: VIRTIO_NET_HDR_LEN,
             verify: true,
         }
     }
@@ -231,10 +234,10 @@ impl GroTable {
     }
 
     /// The pieces of the frame of slot `i` (one of [`to_write`](Self::to_write)) in order, as
-    /// (buffer index, byte range in that buffer) for the `bufs` and `offset` given to
+    /// (buffer index, byte range in that buffer) for the `bufs` given to
     /// [`coalesce`](Self::coalesce): the first packet with its virtio header, then each merged
-    /// packet's payload. Empty for an index out of range.
-    pub fn segments(&self, i: usize, offset: usize) -> Segments<'_> {
+    /// packet's payload. Empty for an index out of range or after a failed call.
+    pub fn segments(&self, i: usize) -> Segments<'_> {
         let (at, skip) = match self.first.get(i) {
             Some(&f) => (f, self.skip[i]),
             None => (END, 0),
@@ -242,7 +245,7 @@ impl GroTable {
         Segments {
             table: self,
             at,
-            offset,
+            offset: self.offset,
             skip,
             head: true,
         }
@@ -250,9 +253,9 @@ impl GroTable {
 
     /// Slot `i`'s frame (virtio header and packet) gathered into one vector: what the kernel
     /// receives. Allocates; for tests and tools, the writer uses [`segments`](Self::segments).
-    pub fn frame<B: AsRef<[u8]>>(&self, bufs: &[B], i: usize, offset: usize) -> Vec<u8> {
+    pub fn frame<B: AsRef<[u8]>>(&self, bufs: &[B], i: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(VIRTIO_NET_HDR_LEN + self.len(i));
-        for (b, r) in self.segments(i, offset) {
+        for (b, r) in self.segments(i) {
             out.extend_from_slice(&bufs[b].as_ref()[r]);
         }
         out
@@ -305,6 +308,7 @@ impl GroTable {
                 return Err(invalid("packet size runs past its buffer"));
             }
         }
+        self.offset = offset;
         self.lens.extend_from_slice(sizes);
         self.own.extend_from_slice(sizes);
         self.first.extend(0..bufs.len());
@@ -540,7 +544,7 @@ impl GroTable {
         let headers = usize::from(item.iph_len) + UDP_HEADER_LEN;
         let pkt_len = self.own[pi];
         let merged_len = self.lens[slot] + pkt_len - headers;
-        if merged_len > MAX_PACKET || usize::from(item.merged) + 2 > MAX_SEGMENTS {
+        if merged_len > MAX_PACKET || usize::from(item.merged) + 2 > MAX_UDP_SEGMENTS {
             return Merge::TooLong;
         }
         let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
@@ -624,6 +628,10 @@ impl GroTable {
 
 /// Most packets in one group: the pieces of one `writev` (`IOV_MAX`).
 pub const MAX_SEGMENTS: usize = 1024;
+
+/// Most datagrams in one UDP group: the kernel refuses a UDP GSO packet of more segments
+/// (`UDP_MAX_SEGMENTS`: 64 before Linux 6.2, 128 since) with `EINVAL`.
+pub const MAX_UDP_SEGMENTS: usize = 64;
 
 /// The end of a group's chain of segments.
 const END: usize = usize::MAX;

@@ -27,7 +27,7 @@ fn run_verifying(pkts: &[Vec<u8>], udp_gro: bool, verify: bool) -> Run {
         .expect("well-formed call");
     let to_write = t.to_write().to_vec();
     let lens = to_write.iter().map(|&i| t.len(i)).collect();
-    let frames: Vec<_> = to_write.iter().map(|&i| t.frame(&bufs, i, OFF)).collect();
+    let frames: Vec<_> = to_write.iter().map(|&i| t.frame(&bufs, i)).collect();
     for (&i, f) in to_write.iter().zip(frames) {
         bufs[i] = f;
     }
@@ -327,7 +327,7 @@ fn merging_needs_no_room_but_stays_within_limits() {
     assert_eq!(t.to_write(), [0]);
     assert_eq!(t.len(0), 240);
     assert_eq!(
-        t.segments(0, OFF).collect::<Vec<_>>(),
+        t.segments(0).collect::<Vec<_>>(),
         [(0, 0..OFF + 140), (1, OFF + 40..OFF + 140)]
     );
     // ...the second buffer is untouched and the first only had its headers rewritten.
@@ -508,11 +508,17 @@ fn randomized_streams_reassemble_in_order() {
 }
 
 #[test]
-fn never_more_segments_than_one_writev_takes() {
-    // 1-byte UDP datagrams: 1 100 of them fit in 65 535 bytes, but a group stops at
-    // MAX_SEGMENTS pieces and the rest start a new one.
-    let pkts: Vec<_> = (0..1100).map(|_| udp(A4, B4, 1)).collect();
+fn groups_stop_at_what_writev_and_the_kernel_take() {
+    // 1-byte TCP segments: 1 100 fit in 65 535 bytes, but a group stops at MAX_SEGMENTS
+    // pieces (one writev) and the rest start a new one.
+    let pkts: Vec<_> = (0..1100).map(|i| tcp(A4, B4, ACK, 1, 1 + i)).collect();
     let r = run(&pkts, true);
     assert_eq!(r.to_write, [0, MAX_SEGMENTS]);
-    assert_eq!(r.lens, [28 + MAX_SEGMENTS, 28 + (1100 - MAX_SEGMENTS)]);
+    assert_eq!(r.lens, [40 + MAX_SEGMENTS, 40 + (1100 - MAX_SEGMENTS)]);
+    // UDP groups stop at what the kernel splits (UDP_MAX_SEGMENTS).
+    let pkts: Vec<_> = (0..150).map(|_| udp(A4, B4, 1)).collect();
+    let r = run(&pkts, true);
+    let m = MAX_UDP_SEGMENTS;
+    assert_eq!(r.to_write, [0, m, 2 * m]);
+    assert_eq!(r.lens, [28 + m, 28 + m, 28 + (150 - 2 * m)]);
 }

@@ -247,7 +247,7 @@ fn gro_then_split_round_trips() {
         let mut gro = GroTable::new();
         gro.coalesce(&mut bufs, &sizes, OFF, true).unwrap();
         assert_eq!(gro.to_write(), [0], "one group");
-        let mut frame = gro.frame(&bufs, 0, OFF);
+        let mut frame = gro.frame(&bufs, 0);
         let (s, out) = split_ok(&mut frame, 64);
         assert_eq!(s.packets, n);
         assert_eq!(out, pkts, "round {round}: split(GRO(x)) == x");
