@@ -630,7 +630,7 @@ impl GroTable {
 pub const MAX_SEGMENTS: usize = 1024;
 
 /// Most datagrams in one UDP group: the kernel refuses a UDP GSO packet of more segments
-/// (`UDP_MAX_SEGMENTS`: 64 before Linux 6.2, 128 since) with `EINVAL`.
+/// (`UDP_MAX_SEGMENTS`: 64 on older kernels, 128 on newer ones) with `EINVAL`.
 pub const MAX_UDP_SEGMENTS: usize = 64;
 
 /// The end of a group's chain of segments.
