@@ -102,6 +102,8 @@ irqs() { awk -v r="$1:" -v c="$2" '$1 == r { print $(c + 2); exit }' /proc/inter
 # The flattened iperf3 JSON's "end" object.
 json_end() { tr -d ' \t\n' | grep -o '"end":{.*'; }
 num() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+# A field of the receiver's TCP summary in json_end's output.
+received() { grep -o '"sum_received":{[^}]*' | num "$1"; }
 
 # Brings up the pair for one implementation ("veth": no tunnel) and sets DST, the address to
 # reach side B at. Namespaces are named after $1 so several pairs can be up at once.
@@ -144,10 +146,10 @@ bench_run() {
         i1="$(irqs LOC 0)"; w1="$(date +%s.%N)"
         end="$(echo "$j" | json_end)"
         [ -n "$PIDA" ] && t1=$(( $(cpu_ticks "$PIDA") + $(cpu_ticks "$PIDB") ))
-        bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+        bps="$(echo "$end" | received bits_per_second)"
         # nan (left out of the medians) without a LOC row (not x86) or a result.
         record "$impl" "irq0$1" "$(awk -v a="$i0" -v b="$i1" -v w0="$w0" -v w1="$w1" -v ok="${bps:-}" 'BEGIN { if (a == "" || b == "" || ok == "") print "nan"; else printf "%.0f", (b - a) / (w1 - w0) }')"
-        bytes="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bytes)"
+        bytes="$(echo "$end" | received bytes)"
         record "$impl" "tcp1$1" "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
         [ -n "$PIDA" ] && record "$impl" "cpugb$1" "$(awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.3f", (t / hz) / (b / 1e9); else print "nan" }')"
     }
@@ -157,7 +159,7 @@ bench_run() {
     fi
     tcp1 ""
     j="$(cli -P 4)"; end="$(echo "$j" | json_end)"
-    bps="$(echo "$end" | grep -o '"sum_received":{[^}]*' | num bits_per_second)"
+    bps="$(echo "$end" | received bits_per_second)"
     record "$impl" tcp4 "$(awk -v b="${bps:-0}" 'BEGIN { printf "%.3f", b / 1e9 }')"
     j="$(cli -u -b 0 -l 64)"; end="$(echo "$j" | json_end)"
     local s pk lost secs

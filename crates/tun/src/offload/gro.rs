@@ -252,7 +252,8 @@ impl GroTable {
     }
 
     /// Slot `i`'s frame (virtio header and packet) gathered into one vector: what the kernel
-    /// receives. Allocates; for tests and tools, the writer uses [`segments`](Self::segments).
+    /// receives. Allocates: for tests, tools, and a writer's rare frame of more pieces than it
+    /// gathers at once; the writer's path is [`segments`](Self::segments).
     pub fn frame<B: AsRef<[u8]>>(&self, bufs: &[B], i: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(VIRTIO_NET_HDR_LEN + self.len(i));
         for (b, r) in self.segments(i) {
@@ -317,7 +318,7 @@ impl GroTable {
         if bufs.len() == 1 {
             // Nothing to merge with (a quiet tunnel writes packet by packet): no flow lookup.
             self.to_write.push(0);
-            self.finish(bufs, offset);
+            self.finish(bufs);
             return Ok(());
         }
 
@@ -325,27 +326,27 @@ impl GroTable {
             let pkt = &bufs[i].as_ref()[offset..offset + self.lens[i]];
             let outcome = match candidate(pkt, udp_gro) {
                 Candidate::None => Outcome::Noop,
-                Candidate::Tcp4 => self.tcp_gro(bufs, offset, i, false),
-                Candidate::Tcp6 => self.tcp_gro(bufs, offset, i, true),
-                Candidate::Udp4 => self.udp_gro(bufs, offset, i, false),
-                Candidate::Udp6 => self.udp_gro(bufs, offset, i, true),
+                Candidate::Tcp4 => self.tcp_gro(bufs, i, false),
+                Candidate::Tcp6 => self.tcp_gro(bufs, i, true),
+                Candidate::Udp4 => self.udp_gro(bufs, i, false),
+                Candidate::Udp6 => self.udp_gro(bufs, i, true),
             };
             match outcome {
                 Outcome::Noop | Outcome::Inserted => self.to_write.push(i),
                 Outcome::Coalesced => {}
             }
         }
-        self.finish(bufs, offset);
+        self.finish(bufs);
         Ok(())
     }
 
     fn tcp_gro<B: AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         bufs: &mut [B],
-        offset: usize,
         pi: usize,
         v6: bool,
     ) -> Outcome {
+        let offset = self.offset;
         let len = self.own[pi];
         let pkt = &bufs[pi].as_ref()[offset..offset + len];
         let Some(iph_len) = ip_layout(pkt, v6, len) else {
@@ -396,7 +397,7 @@ impl GroTable {
             if fit == Fit::No {
                 continue;
             }
-            match self.merge_tcp(bufs, offset, fit, pi, gso_size, seq, psh, &mut item, v6) {
+            match self.merge_tcp(bufs, fit, pi, gso_size, seq, psh, &mut item, v6) {
                 Merge::Done => {
                     self.tcp[j] = item;
                     return Outcome::Coalesced;
@@ -427,7 +428,6 @@ impl GroTable {
     fn merge_tcp<B: AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         bufs: &mut [B],
-        offset: usize,
         fit: Fit,
         pi: usize,
         gso_size: u16,
@@ -436,6 +436,7 @@ impl GroTable {
         item: &mut TcpItem,
         v6: bool,
     ) -> Merge {
+        let offset = self.offset;
         let slot = item.index;
         let head = self.first[slot];
         let headers = usize::from(item.iph_len) + usize::from(item.tcph_len);
@@ -481,10 +482,10 @@ impl GroTable {
     fn udp_gro<B: AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         bufs: &mut [B],
-        offset: usize,
         pi: usize,
         v6: bool,
     ) -> Outcome {
+        let offset = self.offset;
         let len = self.own[pi];
         let pkt = &bufs[pi].as_ref()[offset..offset + len];
         let Some(iph_len) = ip_layout(pkt, v6, len) else {
@@ -510,7 +511,7 @@ impl GroTable {
                 % usize::from(item.gso_size)
                 == 0;
             if ip_headers_can_coalesce(pkt, target) && tail_ok && gso_size <= item.gso_size {
-                match self.merge_udp(bufs, offset, pi, j, v6) {
+                match self.merge_udp(bufs, pi, j, v6) {
                     Merge::Done => return Outcome::Coalesced,
                     Merge::PacketBadChecksum => csum_invalid = true,
                     // A bad item is left alone: the new datagram starts a fresh item.
@@ -533,11 +534,11 @@ impl GroTable {
     fn merge_udp<B: AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         bufs: &mut [B],
-        offset: usize,
         pi: usize,
         j: usize,
         v6: bool,
     ) -> Merge {
+        let offset = self.offset;
         let item = self.udp[j];
         let slot = item.index;
         let head = self.first[slot];
@@ -569,7 +570,8 @@ impl GroTable {
     /// Writes every virtio header: zero for single packets, a GSO header plus fixed-up IP
     /// lengths and the pseudo-header checksum for merged groups
     /// (`applyTCPCoalesceAccounting`, `applyUDPCoalesceAccounting`).
-    fn finish<B: AsRef<[u8]> + AsMut<[u8]>>(&mut self, bufs: &mut [B], offset: usize) {
+    fn finish<B: AsRef<[u8]> + AsMut<[u8]>>(&mut self, bufs: &mut [B]) {
+        let offset = self.offset;
         let hdr_at = offset - VIRTIO_NET_HDR_LEN;
         for &i in &self.to_write {
             // Also covers items dropped for a bad checksum, which the reference leaves with
