@@ -26,6 +26,8 @@ fn ping_and_ordered_bulk_over_loopback_udp() {
     b.tun.inject(udp_packet(d, s, 2, 1, b"pong"));
     let p = a.tun.recv(Duration::from_secs(5)).expect("b->a");
     assert_eq!(udp_payload(&p), b"pong");
+    // Lone datagrams never make a reader yield its CPU; bursts below do.
+    assert_eq!(b.dev.stats().datagram_yields, 0);
     // Bulk: 4 flows, paced in bursts so loopback socket buffers never overflow.
     const N: u32 = 20_000;
     let tun = a.tun.clone();
@@ -65,6 +67,11 @@ fn ping_and_ordered_bulk_over_loopback_udp() {
     assert!(
         got >= N * 99 / 100,
         "delivered {got} of {N}; bind stats {st:?}"
+    );
+    assert!(
+        b.dev.stats().datagram_yields > 0,
+        "no yield after bursts of datagrams: {:?}",
+        b.dev.stats()
     );
     assert!(
         a.dev.stats().datagrams_per_send() > 1.0,

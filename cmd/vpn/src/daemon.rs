@@ -273,6 +273,8 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
         scheduling: std::env::var("VPN_SCHED_BATCH")
             .map_or(true, |v| v != "0")
             .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
+        // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
+        datagram_yield: std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"),
         ..Options::default()
     };
     let dev = Arc::new(Device::with_options(

@@ -50,6 +50,10 @@ pub struct Options {
     /// How the data-path threads are marked while the device carries bulk traffic (the daemon
     /// passes `SCHED_BATCH` on Linux; see [`crate::sched`]). `None`: left alone.
     pub scheduling: Option<Arc<dyn crate::sched::Scheduling>>,
+    /// Whether a thread that has just written a burst of inbound datagrams (UDP) to the TUN
+    /// yields its CPU before it reads again, so that local receivers without flow control get
+    /// to drain their sockets (see [`crate::sched`]). On by default.
+    pub datagram_yield: bool,
 }
 
 impl Default for Options {
@@ -60,6 +64,7 @@ impl Default for Options {
             receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
             send_pool_bytes: DEFAULT_SEND_POOL_BYTES,
             scheduling: None,
+            datagram_yield: true,
         }
     }
 }
@@ -235,7 +240,7 @@ impl Device {
             batch_size,
             rate_limiter: Mutex::new(RateLimiter::new()),
             under_load_until: AtomicU64::new(0),
-            bulk: crate::sched::Bulk::new(opts.scheduling.clone()),
+            bulk: crate::sched::Bulk::new(opts.scheduling.clone(), opts.datagram_yield),
             stats: DeviceStats::default(),
             broken_roaming: AtomicBool::new(false),
             workers,

@@ -413,6 +413,7 @@ impl DeviceInner {
         }
         // Crypto-key routing, reverse direction: the inner source must route back to this peer.
         // One read lock for the batch.
+        let mut datagrams = 0;
         {
             let table = self.allowed_ips.read();
             let mut memo = BatchMemo::new();
@@ -426,9 +427,11 @@ impl DeviceInner {
             };
             write.retain(|i| {
                 let e = &mut elems[*i];
-                match inner_packet_len(&e.buf[HEADROOM..HEADROOM + e.len]) {
+                let p = &e.buf[HEADROOM..HEADROOM + e.len];
+                match inner_packet_len(p) {
                     Some((len, src)) if routes_back(src) => {
                         e.len = len;
+                        datagrams += usize::from(is_udp(p));
                         true
                     }
                     Some(_) => {
@@ -477,6 +480,9 @@ impl DeviceInner {
                 tracing::error!(device = %self.name, "failed to write packets to TUN: {e}");
             }
         }
+        if self.bulk.wrote_datagrams(datagrams) {
+            self.stats.datagram_yields.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Key confirmation: the first packet under the responder's `next` keypair promotes it.
@@ -515,9 +521,20 @@ fn inner_packet_len(p: &[u8]) -> Option<(usize, std::net::IpAddr)> {
     }
 }
 
+/// Whether a packet `inner_packet_len` accepted carries UDP (IPv6: as its first next header;
+/// extension headers are rare enough on this path not to look past them).
+fn is_udp(p: &[u8]) -> bool {
+    const UDP: u8 = 17;
+    match p.first().map(|b| b >> 4) {
+        Some(4) => p.get(9) == Some(&UDP),
+        Some(6) => p.get(6) == Some(&UDP),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::inner_packet_len;
+    use super::{inner_packet_len, is_udp};
 
     #[test]
     fn inner_header_checks() {
@@ -538,5 +555,23 @@ mod tests {
         assert!(inner_packet_len(&v6).is_none());
         assert!(inner_packet_len(&[0x50; 60]).is_none());
         assert!(inner_packet_len(&[]).is_none());
+    }
+
+    #[test]
+    fn udp_is_told_from_other_protocols() {
+        let mut v4 = vec![0u8; 28];
+        v4[0] = 0x45;
+        v4[9] = 17;
+        assert!(is_udp(&v4));
+        v4[9] = 6;
+        assert!(!is_udp(&v4));
+        let mut v6 = vec![0u8; 48];
+        v6[0] = 0x60;
+        v6[6] = 17;
+        assert!(is_udp(&v6));
+        v6[6] = 58;
+        assert!(!is_udp(&v6));
+        assert!(!is_udp(&[]));
+        assert!(!is_udp(&[0x45; 5]));
     }
 }

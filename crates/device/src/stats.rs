@@ -35,6 +35,8 @@ stats! {
     tun_writes,
     /// Packets handed to those writes.
     tun_packets_written,
+    /// Times a thread yielded its CPU after writing a burst of inbound datagrams (UDP).
+    datagram_yields,
     /// Bind receive calls.
     recv_calls,
     /// Datagrams those calls returned.
