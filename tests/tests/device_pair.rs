@@ -235,6 +235,52 @@ fn interleaved_destinations_in_batches_reach_their_own_peers() {
 }
 
 #[test]
+fn interleaved_senders_in_batches_are_each_opened_with_their_own_keypair() {
+    // The socket reader reuses the previous datagram's keypair lookup for the same receiver
+    // index within a batch; datagrams alternating between two peers, with junk indexes between
+    // them, must each still be opened under their own peer's keypair.
+    let net = MemoryNetwork::new();
+    let a = Node::new(&net, 1, 16, None);
+    let b = Node::new(&net, 2, 16, None);
+    let c = Node::new(&net, 3, 16, None);
+    for other in [&b, &c] {
+        a.add_peer(other, "");
+        other.add_peer(&a, "");
+    }
+    assert!(ping(&b, &a, false, Duration::from_secs(5)));
+    assert!(ping(&c, &a, false, Duration::from_secs(5)));
+    while a.tun.try_recv().is_some() {}
+    let before = a.dev.stats().drop_unknown_index;
+    let rounds = 200u32;
+    for i in 0..rounds {
+        b.send_udp(&a, false, format!("from b {i}").as_bytes());
+        // A transport message under an index nobody holds, between the two peers' packets.
+        let mut junk = vec![0u8; 32];
+        junk[0] = 4;
+        junk[4..8].copy_from_slice(&(0xdead_0000u32 + i).to_le_bytes());
+        net.inject(b.addr(), a.addr(), junk);
+        c.send_udp(&a, false, format!("from c {i}").as_bytes());
+    }
+    let (mut from_b, mut from_c) = (Vec::new(), Vec::new());
+    while from_b.len() + from_c.len() < 2 * rounds as usize {
+        let Some(p) = a.recv(Duration::from_secs(10)) else {
+            break;
+        };
+        let text = String::from_utf8_lossy(udp_payload(&p)).into_owned();
+        if text.starts_with("from b") {
+            from_b.push(text);
+        } else {
+            from_c.push(text);
+        }
+    }
+    for (got, name) in [(from_b, "b"), (from_c, "c")] {
+        let want: Vec<String> = (0..rounds).map(|i| format!("from {name} {i}")).collect();
+        assert_eq!(got, want, "every packet from {name}, in order");
+    }
+    assert_eq!(a.dev.stats().drop_unknown_index - before, u64::from(rounds));
+}
+
+#[test]
 fn replayed_transport_packets_are_dropped() {
     let net = MemoryNetwork::new();
     let (a, b) = pair(&net, 1, None);
