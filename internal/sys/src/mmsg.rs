@@ -98,6 +98,9 @@ pub struct RecvBatch {
     /// Everything else a datagram's header points to, side by side: a lone datagram on an idle
     /// tunnel then finds its iovec, address and control message in one cold page, not three.
     slots: Vec<RecvSlot>,
+    /// The iovecs of [`recv_scattered`](Self::recv_scattered): one run of `stride` per datagram,
+    /// grown on first use.
+    scatter: Vec<libc::iovec>,
 }
 
 /// The buffers one received datagram's header points to, starting a cache line so that a lone
@@ -128,6 +131,7 @@ impl RecvBatch {
                     ctrl: CmsgBuf::new(),
                 })
                 .collect(),
+            scatter: Vec::new(),
         }
     }
 
@@ -164,33 +168,95 @@ impl RecvBatch {
         max_len: usize,
         meta: &mut [RecvMeta],
     ) -> io::Result<usize> {
+        self.recv_runs(fd, bufs, stride, max_len, 0, meta)
+    }
+
+    /// Like [`recv_strided`](Self::recv_strided), but datagram `i`'s bytes are scattered over
+    /// its run of `stride` buffers: the first `seg` bytes into `bufs[i * stride]`, the next
+    /// `seg` into the buffer after it, and so on, the run's last buffer taking what remains,
+    /// up to `max_len` bytes in all. A UDP GRO super-datagram of `seg`-byte segments then
+    /// lands one segment per buffer, each at its buffer's start, with nothing to move after
+    /// the read; a datagram of any other layout is spread over the run in `seg`-byte pieces
+    /// (see `RecvMeta::len`, counted over all pieces).
+    pub fn recv_scattered(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        bufs: &mut [&mut [u8]],
+        stride: usize,
+        seg: usize,
+        max_len: usize,
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        self.recv_runs(fd, bufs, stride, max_len, seg.max(1), meta)
+    }
+
+    /// `recv_strided` (`seg == 0`) and `recv_scattered`.
+    fn recv_runs(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        bufs: &mut [&mut [u8]],
+        stride: usize,
+        max_len: usize,
+        seg: usize,
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
         let stride = stride.max(1);
         let slots = bufs.len().div_ceil(stride);
         let n = slots.min(meta.len()).min(self.hdrs.len());
         if n == 0 {
             return Ok(0);
         }
-        for (i, buf) in bufs.iter_mut().step_by(stride).take(n).enumerate() {
+        if seg > 0 && self.scatter.len() < n * stride {
+            self.scatter.resize_with(n * stride, zeroed_iovec);
+        }
+        for (i, run) in bufs.chunks_mut(stride).take(n).enumerate() {
             let slot = &mut self.slots[i];
-            slot.iov = libc::iovec {
-                iov_base: buf.as_mut_ptr().cast(),
-                iov_len: buf.len().min(max_len),
-            };
             let h = &mut self.hdrs[i];
+            if seg == 0 {
+                let buf = &mut run[0];
+                slot.iov = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len().min(max_len),
+                };
+                h.msg_hdr.msg_iov = &mut slot.iov;
+                h.msg_hdr.msg_iovlen = 1;
+            } else {
+                let iovs = &mut self.scatter[i * stride..(i + 1) * stride];
+                let (mut left, mut pieces) = (max_len, 0);
+                let last = run.len() - 1;
+                for (k, buf) in run.iter_mut().enumerate() {
+                    if left == 0 {
+                        break;
+                    }
+                    let want = if k == last { left } else { seg.min(left) };
+                    let len = buf.len().min(want);
+                    iovs[k] = libc::iovec {
+                        iov_base: buf.as_mut_ptr().cast(),
+                        iov_len: len,
+                    };
+                    left -= len;
+                    pieces += 1;
+                    if len < want {
+                        break; // a short buffer ends the run: later bytes would not line up
+                    }
+                }
+                slot.iov.iov_len = max_len - left; // the total, for `RecvMeta::len`
+                h.msg_hdr.msg_iov = iovs.as_mut_ptr();
+                h.msg_hdr.msg_iovlen = pieces as _;
+            }
             h.msg_len = 0;
             h.msg_hdr.msg_name = (&mut slot.name as *mut libc::sockaddr_storage).cast();
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &mut slot.iov;
-            h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_control = slot.ctrl.as_mut_ptr();
             h.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
             h.msg_hdr.msg_flags = 0;
         }
-        // SAFETY: the first `n` headers point to `n` iovecs covering (a prefix of) the
-        // exclusively borrowed `bufs[i * stride]` (pointer from the slice, length at most the
-        // slice's), to address buffers of the size given
-        // in `msg_namelen` and to control buffers of `CMSG_BUF_LEN` bytes, all owned by
-        // `self` or borrowed for this call. The kernel writes only within those bounds.
+        // SAFETY: the first `n` headers point to iovecs covering prefixes of the exclusively
+        // borrowed buffers of their run `bufs[i * stride..]` (pointers from the slices, lengths
+        // at most the slices'; `slot.iov` or `self.scatter`, both owned by `self` and not
+        // touched again before the call returns), to address buffers of the size given in
+        // `msg_namelen` and to control buffers of `CMSG_BUF_LEN` bytes, all owned by `self`
+        // or borrowed for this call. The kernel writes only within those bounds.
         let r = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),

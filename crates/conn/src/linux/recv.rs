@@ -180,6 +180,9 @@ pub(super) struct Reader {
     batch: RecvBatch,
     meta: Vec<RecvMeta>,
     gro: Option<Gro>,
+    /// The segment size of the last coalesced read, the guess the next direct read scatters
+    /// by (0: none seen yet, read each message into its run's first buffer).
+    seg_guess: usize,
     connected: Option<Arc<ConnectedSockets>>,
 }
 
@@ -237,6 +240,7 @@ impl Reader {
             batch: RecvBatch::new(IDEAL_BATCH_SIZE),
             meta: vec![RecvMeta::default(); IDEAL_BATCH_SIZE],
             gro,
+            seg_guess: 0,
             connected,
         }
     }
@@ -301,6 +305,14 @@ impl Reader {
                 return Err(err_closed());
             };
             let res = match self.gro.as_mut() {
+                Some(_) if direct && self.seg_guess > 0 => self.batch.recv_scattered(
+                    sock.as_fd(),
+                    &mut bufs[..runs],
+                    GRO_SEGMENTS,
+                    self.seg_guess,
+                    MAX_DATAGRAM,
+                    &mut self.meta,
+                ),
                 Some(_) if direct => self.batch.recv_strided(
                     sock.as_fd(),
                     &mut bufs[..runs],
@@ -331,9 +343,18 @@ impl Reader {
                     stride: GRO_SEGMENTS,
                     slot: MAX_DATAGRAM,
                     gro: true,
+                    scatter: self.seg_guess,
                 };
                 let (b, sz, ep) = (&mut bufs[..runs], &mut sizes[..runs], &mut eps[..runs]);
                 let f = split(b, sz, ep, meta, layout, |m| endpoint(m).unwrap_or_default());
+                // The next read guesses this one's last coalesced segment size.
+                if let Some(m) = meta
+                    .iter()
+                    .rev()
+                    .find(|m| m.gro_size > 0 && m.len > usize::from(m.gro_size))
+                {
+                    self.seg_guess = usize::from(m.gro_size);
+                }
                 self.stats.recv(f.datagrams, f.gro, f.oversize);
                 if f.entries > 0 {
                     return Ok(f.entries);

@@ -234,6 +234,46 @@ fn gso_send_and_gro_receive_straight_into_device_sized_buffers() {
 }
 
 #[test]
+fn gro_reads_scatter_by_the_last_segment_size_and_recover_when_it_changes() {
+    // Device-sized buffers: after the first coalesced read, the reader scatters each read in
+    // pieces of the segment size it saw last. The same size again lands in place; another
+    // size, a tail and a lone datagram longer than a piece are gathered and split.
+    let a = StdNetBind::new();
+    let b = StdNetBind::new();
+    let _fa = open(&a);
+    let (mut f, _b6, pb) = open(&b);
+    let bursts = [
+        (64, 1200, 0),
+        (64, 1200, 0),
+        (20, 1200, 500),
+        (40, 700, 100),
+        (1, 3000, 0),
+        (30, 700, 0),
+        (64, 64, 0),
+        (10, 1400, 0),
+    ];
+    for (i, (n, size, tail)) in bursts.into_iter().enumerate() {
+        let mut data: Vec<Vec<u8>> = (0..n)
+            .map(|j| (0..size).map(|x| (x + j * 7 + i * 31) as u8).collect())
+            .collect();
+        if tail > 0 {
+            data.push(vec![i as u8; tail]);
+        }
+        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+        a.send(&refs, &Endpoint::from(lo(false, pb))).unwrap();
+        let (got, _, back) = collect(&b, f, data.len(), 65_535, 128);
+        f = back;
+        let got: Vec<Vec<u8>> = got.into_iter().map(|g| g.0).collect();
+        assert_eq!(got, data, "burst {i}: {n} × {size} + {tail}");
+    }
+    let s = b.stats();
+    assert_eq!(s.truncated_drops, 0);
+    if gro_expected() {
+        assert!(s.gro_super_datagrams >= 6, "{s:?}");
+    }
+}
+
+#[test]
 fn gro_batch_larger_than_the_callers_buffers_is_delivered_over_several_calls() {
     let a = StdNetBind::new();
     let b = StdNetBind::new();

@@ -150,7 +150,12 @@ impl PairReader {
                 ifindex: 0,
             });
             let meta = &self.meta[..got.min(self.meta.len())];
-            let layout = Layout { stride, slot, gro };
+            let layout = Layout {
+                stride,
+                slot,
+                gro,
+                scatter: 0,
+            };
             let f = split(bufs, sizes, eps, meta, layout, |m| Endpoint {
                 // Datagrams queued before `connect` may come from anyone: keep their source.
                 dst: m.addr.map(canonical).unwrap_or(remote),

@@ -505,6 +505,7 @@ fn gro_segments_split_into_following_buffers() {
             stride: 12,
             slot: SLOT_TIERS[2],
             gro: true,
+            scatter: 0,
         },
         |m| m.addr.unwrap().into(),
     );
@@ -528,6 +529,7 @@ fn gro_segments_split_into_following_buffers() {
             stride: 4,
             slot: SLOT_TIERS[2],
             gro: true,
+            scatter: 0,
         },
         |m| m.addr.unwrap().into(),
     );
