@@ -358,10 +358,11 @@ fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut String) {
 
 fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mut String) {
     use std::fmt::Write as _;
-    let lines: [(&str, u64); 11] = [
+    let lines: [(&str, u64); 12] = [
         ("recv_calls", s.recv_calls),
         ("datagrams_received", s.datagrams_received),
         ("gro_super_datagrams", s.gro_super_datagrams),
+        ("gro_in_place", s.gro_in_place),
         ("send_calls", s.send_calls),
         ("datagrams_sent", s.datagrams_sent),
         ("gso_messages", s.gso_messages),

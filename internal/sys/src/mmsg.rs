@@ -112,8 +112,8 @@ struct RecvSlot {
     ctrl: CmsgBuf,
 }
 
-// SAFETY: the raw pointers in `hdrs` and `slots` are only written and handed to the kernel
-// inside `recv`, which overwrites every one it uses before the syscall; they are never
+// SAFETY: the raw pointers in `hdrs`, `slots` and `scatter` are only written and handed to
+// the kernel inside the receive calls, which overwrite every one they use before the syscall; they are never
 // dereferenced by this code, so moving the batch to another thread cannot make it touch
 // memory it does not own.
 unsafe impl Send for RecvBatch {}
@@ -177,7 +177,9 @@ impl RecvBatch {
     /// up to `max_len` bytes in all. A UDP GRO super-datagram of `seg`-byte segments then
     /// lands one segment per buffer, each at its buffer's start, with nothing to move after
     /// the read; a datagram of any other layout is spread over the run in `seg`-byte pieces
-    /// (see `RecvMeta::len`, counted over all pieces).
+    /// (`RecvMeta::len` counts all pieces). A run of one buffer (a last, shorter chunk of
+    /// `bufs`) takes its datagram whole; a buffer shorter than its piece ends the run there,
+    /// offering less in all. `stride` must not exceed `IOV_MAX` (1 024), or the call fails.
     pub fn recv_scattered(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -209,9 +211,12 @@ impl RecvBatch {
         if seg > 0 && self.scatter.len() < n * stride {
             self.scatter.resize_with(n * stride, zeroed_iovec);
         }
-        for (i, run) in bufs.chunks_mut(stride).take(n).enumerate() {
-            let slot = &mut self.slots[i];
-            let h = &mut self.hdrs[i];
+        // One iterator per array, so that each pointer stored into a header stays derived from
+        // a borrow no later iteration re-takes.
+        let mut iov_runs = self.scatter.chunks_mut(stride);
+        let headers = self.hdrs.iter_mut().zip(self.slots.iter_mut());
+        let mut set = 0;
+        for (run, (h, slot)) in bufs.chunks_mut(stride).take(n).zip(headers) {
             if seg == 0 {
                 let buf = &mut run[0];
                 slot.iov = libc::iovec {
@@ -221,7 +226,8 @@ impl RecvBatch {
                 h.msg_hdr.msg_iov = &mut slot.iov;
                 h.msg_hdr.msg_iovlen = 1;
             } else {
-                let iovs = &mut self.scatter[i * stride..(i + 1) * stride];
+                // `scatter` holds `n * stride` entries (resized above).
+                let Some(iovs) = iov_runs.next() else { break };
                 let (mut left, mut pieces) = (max_len, 0);
                 let last = run.len() - 1;
                 for (k, buf) in run.iter_mut().enumerate() {
@@ -250,6 +256,11 @@ impl RecvBatch {
             h.msg_hdr.msg_control = slot.ctrl.as_mut_ptr();
             h.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
             h.msg_hdr.msg_flags = 0;
+            set += 1;
+        }
+        let n = set;
+        if n == 0 {
+            return Ok(0);
         }
         // SAFETY: the first `n` headers point to iovecs covering prefixes of the exclusively
         // borrowed buffers of their run `bufs[i * stride..]` (pointers from the slices, lengths

@@ -180,8 +180,9 @@ pub(super) struct Reader {
     batch: RecvBatch,
     meta: Vec<RecvMeta>,
     gro: Option<Gro>,
-    /// The segment size of the last coalesced read, the guess the next direct read scatters
-    /// by (0: none seen yet, read each message into its run's first buffer).
+    /// The segment size the previous direct read was mostly coalesced by, which the next one
+    /// scatters by (0: that read had no large coalesced message; read each message into its
+    /// run's first buffer).
     seg_guess: usize,
     connected: Option<Arc<ConnectedSockets>>,
 }
@@ -287,10 +288,14 @@ impl Reader {
                 .iter()
                 .step_by(GRO_SEGMENTS)
                 .all(|b| b.len() >= MAX_DATAGRAM);
+        // Scattering also needs every buffer of the runs able to take a piece, and the last
+        // the rest: the device's buffers are all of one size.
+        let whole_runs = direct && bufs[..runs].iter().all(|b| b.len() >= MAX_DATAGRAM);
         loop {
             if self.fam.is_closed() {
                 return Err(err_closed());
             }
+            let scatter = whole_runs && self.seg_guess > 0;
             if let Some(gro) = self.gro.as_mut().filter(|g| g.has_pending()) {
                 let mut split = Split::default();
                 gro.drain(bufs, sizes, eps, &mut split);
@@ -305,7 +310,7 @@ impl Reader {
                 return Err(err_closed());
             };
             let res = match self.gro.as_mut() {
-                Some(_) if direct && self.seg_guess > 0 => self.batch.recv_scattered(
+                Some(_) if direct && scatter => self.batch.recv_scattered(
                     sock.as_fd(),
                     &mut bufs[..runs],
                     GRO_SEGMENTS,
@@ -343,18 +348,12 @@ impl Reader {
                     stride: GRO_SEGMENTS,
                     slot: MAX_DATAGRAM,
                     gro: true,
-                    scatter: self.seg_guess,
+                    scatter: if scatter { self.seg_guess } else { 0 },
                 };
                 let (b, sz, ep) = (&mut bufs[..runs], &mut sizes[..runs], &mut eps[..runs]);
                 let f = split(b, sz, ep, meta, layout, |m| endpoint(m).unwrap_or_default());
-                // The next read guesses this one's last coalesced segment size.
-                if let Some(m) = meta
-                    .iter()
-                    .rev()
-                    .find(|m| m.gro_size > 0 && m.len > usize::from(m.gro_size))
-                {
-                    self.seg_guess = usize::from(m.gro_size);
-                }
+                self.stats.in_place(f.in_place);
+                self.seg_guess = scatter_guess(meta);
                 self.stats.recv(f.datagrams, f.gro, f.oversize);
                 if f.entries > 0 {
                     return Ok(f.entries);
@@ -396,6 +395,23 @@ impl Reader {
             }
         }
     }
+}
+
+/// Smallest segment size worth scattering by: smaller segments are cheap to move, and a
+/// stranger's two tiny coalesced datagrams must not make every read a gather.
+const MIN_SCATTER_SEGMENT: usize = 512;
+
+/// The segment size a read was mostly coalesced by (most bytes, at least
+/// [`MIN_SCATTER_SEGMENT`]), for the next read to scatter by; 0 if none: bulk traffic keeps
+/// the guess, a quiet or mixed socket falls back to plain reads at once.
+fn scatter_guess(meta: &[RecvMeta]) -> usize {
+    meta.iter()
+        .filter(|m| {
+            let g = usize::from(m.gro_size);
+            !m.truncated && g >= MIN_SCATTER_SEGMENT && m.len > g
+        })
+        .max_by_key(|m| m.len)
+        .map_or(0, |m| usize::from(m.gro_size))
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@ pub struct BindStats {
     pub datagrams_received: u64,
     /// Received datagrams the kernel had coalesced (UDP GRO) from two or more.
     pub gro_super_datagrams: u64,
+    /// Of those, the ones read straight into one buffer per segment (scattered by the segment
+    /// size of the previous read), with nothing to split after the read.
+    pub gro_in_place: u64,
     /// `send` calls.
     pub send_calls: u64,
     /// Datagrams the kernel accepted.
@@ -35,6 +38,7 @@ pub(super) struct Stats {
     recv_calls: AtomicU64,
     datagrams_received: AtomicU64,
     gro_super_datagrams: AtomicU64,
+    gro_in_place: AtomicU64,
     send_calls: AtomicU64,
     datagrams_sent: AtomicU64,
     gso_messages: AtomicU64,
@@ -57,6 +61,11 @@ impl Stats {
         add(&self.truncated_drops, truncated);
     }
 
+    /// Coalesced datagrams of a read that landed one segment per buffer.
+    pub(super) fn in_place(&self, n: usize) {
+        add(&self.gro_in_place, n);
+    }
+
     /// Datagrams handed over from an earlier read (no socket call), and drops found there.
     pub(super) fn delivered(&self, datagrams: usize, truncated: usize) {
         add(&self.datagrams_received, datagrams);
@@ -74,6 +83,7 @@ impl Stats {
             recv_calls: self.recv_calls.load(Relaxed),
             datagrams_received: self.datagrams_received.load(Relaxed),
             gro_super_datagrams: self.gro_super_datagrams.load(Relaxed),
+            gro_in_place: self.gro_in_place.load(Relaxed),
             send_calls: self.send_calls.load(Relaxed),
             datagrams_sent: self.datagrams_sent.load(Relaxed),
             gso_messages: self.gso_messages.load(Relaxed),

@@ -243,14 +243,15 @@ fn gro_reads_scatter_by_the_last_segment_size_and_recover_when_it_changes() {
     let _fa = open(&a);
     let (mut f, _b6, pb) = open(&b);
     let bursts = [
-        (64, 1200, 0),
-        (64, 1200, 0),
-        (20, 1200, 500),
-        (40, 700, 100),
-        (1, 3000, 0),
-        (30, 700, 0),
-        (64, 64, 0),
-        (10, 1400, 0),
+        (64, 1200, 0),   // plain read; the guess becomes 1200
+        (64, 1200, 0),   // in place
+        (20, 1200, 500), // in place, shorter tail
+        (40, 700, 100),  // gathered; the guess becomes 700
+        (30, 700, 0),    // in place
+        (64, 64, 0),     // gathered; too small to guess by: plain reads again
+        (10, 1400, 0),   // plain read; the guess becomes 1400
+        (1, 3000, 0),    // a lone datagram longer than a piece: gathered
+        (10, 1400, 0),   // plain read
     ];
     for (i, (n, size, tail)) in bursts.into_iter().enumerate() {
         let mut data: Vec<Vec<u8>> = (0..n)
@@ -269,7 +270,8 @@ fn gro_reads_scatter_by_the_last_segment_size_and_recover_when_it_changes() {
     let s = b.stats();
     assert_eq!(s.truncated_drops, 0);
     if gro_expected() {
-        assert!(s.gro_super_datagrams >= 6, "{s:?}");
+        assert!(s.gro_super_datagrams >= 7, "{s:?}");
+        assert!(s.gro_in_place >= 3, "{s:?}");
     }
 }
 
