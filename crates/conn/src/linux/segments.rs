@@ -354,6 +354,60 @@ mod tests {
     }
 
     #[test]
+    fn scattered_reads_split_like_contiguous_ones() {
+        // Differential: for many message lengths, segment sizes and pieces, a scattered read
+        // must give exactly the datagrams the kernel coalesced, in order.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        for round in 0..3000 {
+            let piece = 1 + next(300);
+            let seg = 1 + next(400);
+            let count = 1 + next(STRIDE + 2);
+            let tail = next(seg);
+            let len = (seg * count + tail).clamp(1, 3900);
+            let msg: Vec<u8> = (0..len).map(|i| (i * 7 + round) as u8).collect();
+            let gro = if len > seg { seg as u16 } else { 0 };
+            let mut storage: Vec<Vec<u8>> = (0..STRIDE).map(|_| vec![0xcc; 4000]).collect();
+            // What recv_scattered makes of it with this piece size.
+            let mut at = 0;
+            for (k, b) in storage.iter_mut().enumerate() {
+                let n = if k + 1 == STRIDE {
+                    len - at
+                } else {
+                    piece.min(len - at)
+                };
+                b[..n].copy_from_slice(&msg[at..at + n]);
+                at += n;
+                if at == len {
+                    break;
+                }
+            }
+            let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+            let (mut sizes, mut eps) = (vec![0; STRIDE], vec![Endpoint::default(); STRIDE]);
+            let layout = Layout {
+                stride: STRIDE,
+                slot: 4000,
+                gro: true,
+                scatter: piece,
+            };
+            let m = meta(len, gro);
+            let f = split(&mut bufs, &mut sizes, &mut eps, &[m], layout, |_| {
+                Endpoint::default()
+            });
+            let cut = if gro > 0 { seg } else { len };
+            let want: Vec<&[u8]> = msg.chunks(cut).take(STRIDE).collect();
+            let got: Vec<&[u8]> = (0..f.entries).map(|i| &bufs[i][..sizes[i]]).collect();
+            assert_eq!(got, want, "len {len} seg {seg} piece {piece}");
+            assert_eq!(f.oversize, msg.chunks(cut).count().saturating_sub(STRIDE));
+        }
+    }
+
+    #[test]
     fn a_run_too_short_to_gather_into_is_dropped_not_fatal() {
         let (_, msg) = datagrams(4, 130, 0);
         let (got, f) = split_scattered(&msg, 130, 300);
