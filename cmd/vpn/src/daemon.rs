@@ -454,9 +454,10 @@ mod tests {
         };
         let clock = Arc::new(CycleClock::new(BootTimeClock, TscCounter(tsc)));
         let calibrate = || {
-            // Two agreeing one-second intervals; a loaded machine may spoil a few readings
-            // (a CI run on a fresh clone, tests running beside it on the VM's two CPUs, once
-            // went 8 s without; the whole test takes 6.7 s idle, 7–11 s beside two busy loops).
+            // Two agreeing one-second intervals, three refreshes: 6.7 s for the whole test,
+            // idle or beside three busy loops. Before a refresh read again after an
+            // interrupted reading, a loaded machine spoiled most first readings (10.9 s beside
+            // three busy loops; a CI run failed after 21 s).
             for _ in 0..20 {
                 std::thread::sleep(Duration::from_millis(1050));
                 clock.refresh();
