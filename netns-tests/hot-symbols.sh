@@ -13,7 +13,10 @@
 # most-sampled first. Mangled names carry hashes: a new rustc or dependency versions, and at
 # times a change to the workspace's own crates (one on 2026-12-04 left 12 of 54), leave names
 # the linker no longer finds (it skips them silently; bench.sh prints how many are still
-# found), so rerun this after an upgrade and whenever bench.sh reports names missing.
+# found), so rerun this after an upgrade and whenever bench.sh reports names missing. Build the
+# binary as make does, `cargo build --release -p vpn-cli`: a workspace-wide build unifies the
+# dependencies' features differently, which changes the crates' hashes (a list taken from one
+# matched 11 of 56 names in the other).
 #
 # Usage (root, needs perf): netns-tests/hot-symbols.sh [path/to/release/vpn]
 set -uo pipefail
