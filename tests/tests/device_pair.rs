@@ -200,18 +200,24 @@ fn interleaved_sources_in_batches_are_each_checked() {
         == u64::from(rounds)));
 }
 
+/// Node 1 with nodes 2 and 3 as its peers (each with node 1 as theirs).
+fn hub_and_two_peers(net: &MemoryNetwork) -> (Node, Node, Node) {
+    let a = Node::new(net, 1, 16, None);
+    let b = Node::new(net, 2, 16, None);
+    let c = Node::new(net, 3, 16, None);
+    for other in [&b, &c] {
+        a.add_peer(other, "");
+        other.add_peer(&a, "");
+    }
+    (a, b, c)
+}
+
 #[test]
 fn interleaved_destinations_in_batches_reach_their_own_peers() {
     // The TUN reader reuses the previous packet's route for the same destination within a
     // batch; packets alternating between two peers must each still go to their own.
     let net = MemoryNetwork::new();
-    let a = Node::new(&net, 1, 16, None);
-    let b = Node::new(&net, 2, 16, None);
-    let c = Node::new(&net, 3, 16, None);
-    for other in [&b, &c] {
-        a.add_peer(other, "");
-        other.add_peer(&a, "");
-    }
+    let (a, b, c) = hub_and_two_peers(&net);
     assert!(ping(&a, &b, false, Duration::from_secs(5)));
     assert!(ping(&a, &c, false, Duration::from_secs(5)));
     while b.tun.try_recv().is_some() {}
@@ -240,13 +246,7 @@ fn interleaved_senders_in_batches_are_each_opened_with_their_own_keypair() {
     // index within a batch; datagrams alternating between two peers, with junk indexes between
     // them, must each still be opened under their own peer's keypair.
     let net = MemoryNetwork::new();
-    let a = Node::new(&net, 1, 16, None);
-    let b = Node::new(&net, 2, 16, None);
-    let c = Node::new(&net, 3, 16, None);
-    for other in [&b, &c] {
-        a.add_peer(other, "");
-        other.add_peer(&a, "");
-    }
+    let (a, b, c) = hub_and_two_peers(&net);
     assert!(ping(&b, &a, false, Duration::from_secs(5)));
     assert!(ping(&c, &a, false, Duration::from_secs(5)));
     while a.tun.try_recv().is_some() {}

@@ -284,7 +284,7 @@ impl<C: Clock, K: Counter> CycleClock<C, K> {
             let c1 = self.counter.cycles();
             n = self.inner.now().as_nanos();
             let c2 = self.counter.cycles();
-            if c2 >= c1 && c2 - c1 <= Self::READ_LIMIT {
+            if Self::uninterrupted(c1, c2) {
                 if let Some(mut cal) = self.cal.try_lock() {
                     self.record(&mut cal, c1, n, c2);
                 }
@@ -294,11 +294,16 @@ impl<C: Clock, K: Counter> CycleClock<C, K> {
         n
     }
 
+    /// Whether a reading between counter values `c1` and `c2` was quick enough to be used.
+    fn uninterrupted(c1: u64, c2: u64) -> bool {
+        c2 >= c1 && c2 - c1 <= Self::READ_LIMIT
+    }
+
     /// Takes a reading `n` of `inner` made between counter values `c1` and `c2` into the
     /// calibration and the published mapping.
     fn record(&self, cal: &mut Calibration, c1: u64, n: u64, c2: u64) {
         // A reading interrupted for long says little about when `n` was taken.
-        if c2 < c1 || c2 - c1 > Self::READ_LIMIT || self.retired.load(Ordering::Relaxed) {
+        if !Self::uninterrupted(c1, c2) || self.retired.load(Ordering::Relaxed) {
             return;
         }
         let c = c1 + (c2 - c1) / 2;

@@ -11,9 +11,10 @@
 //! message over its run in pieces of the segment size its previous read was coalesced by
 //! ([`Layout::scatter`]), so that a super-datagram of that size arrives one segment per buffer.
 //! A message no longer than a piece is whole in its first buffer as before; a longer one of
-//! another layout is gathered back into its first buffer (a copy) and split as above. Scattering moves the copy into the kernel rather than removing it, but the data is
-//! then written once instead of written and moved: +1.8 % TCP throughput and 1.4 % less CPU
-//! per byte over 8 + 8 interleaved runs (`docs/design-notes.md`).
+//! another layout is gathered back into its first buffer (a copy) and split as above.
+//! Scattering moves the copy into the kernel rather than removing it, but the data is then
+//! written once instead of written and moved: +1.8 % TCP throughput and 1.4 % less CPU per
+//! byte over 8 + 8 interleaved runs (`docs/design-notes.md`).
 
 use vpn_sys::mmsg::RecvMeta;
 
@@ -190,15 +191,16 @@ mod tests {
         }
     }
 
-    /// What `recv_scattered` makes of `msg` in a run of `bufs`: `PIECE`-byte pieces, the last
+    /// What `recv_scattered` makes of `msg` in a run of `bufs`: `piece`-byte pieces, the last
     /// buffer taking the rest.
-    fn scatter(bufs: &mut [Vec<u8>], msg: &[u8]) {
+    fn scatter(bufs: &mut [Vec<u8>], msg: &[u8], piece: usize) {
         let mut at = 0;
+        let last = bufs.len() - 1;
         for (k, b) in bufs.iter_mut().enumerate() {
-            let n = if k + 1 == STRIDE {
+            let n = if k == last {
                 msg.len() - at
             } else {
-                PIECE.min(msg.len() - at)
+                piece.min(msg.len() - at)
             };
             b[..n].copy_from_slice(&msg[at..at + n]);
             at += n;
@@ -208,33 +210,45 @@ mod tests {
         }
     }
 
+    /// Splits one message `m` scattered in `piece`-byte pieces over a run of `stride` buffers,
+    /// with `entries` entries offered; the entries it filled, and what the split counted.
+    fn split_one(
+        storage: &mut [Vec<u8>],
+        entries: usize,
+        m: RecvMeta,
+        stride: usize,
+        piece: usize,
+    ) -> (Vec<Vec<u8>>, Filled) {
+        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let (mut sizes, mut eps) = (vec![0; entries], vec![Endpoint::default(); entries]);
+        let layout = Layout {
+            stride,
+            slot: 4000,
+            gro: stride > 1,
+            scatter: piece,
+        };
+        let f = split(&mut bufs, &mut sizes, &mut eps, &[m], layout, |_| {
+            Endpoint::default()
+        });
+        let got = (0..f.entries)
+            .map(|i| bufs[i][..sizes[i]].to_vec())
+            .collect();
+        (got, f)
+    }
+
     /// One scattered read of `msg`, split; the entries it filled.
     fn split_scattered(msg: &[u8], gro_size: u16, first_len: usize) -> (Vec<Vec<u8>>, Filled) {
         let mut storage: Vec<Vec<u8>> = (0..STRIDE)
             .map(|k| vec![0xcc; if k == 0 { first_len } else { 2000 }])
             .collect();
-        scatter(&mut storage, msg);
-        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
-        let mut sizes = vec![0; STRIDE];
-        let mut eps = vec![Endpoint::default(); STRIDE];
-        let layout = Layout {
-            stride: STRIDE,
-            slot: 4000,
-            gro: true,
-            scatter: PIECE,
-        };
-        let f = split(
-            &mut bufs,
-            &mut sizes,
-            &mut eps,
-            &[meta(msg.len(), gro_size)],
-            layout,
-            |_| Endpoint::default(),
-        );
-        let got = (0..f.entries)
-            .map(|i| bufs[i][..sizes[i]].to_vec())
-            .collect();
-        (got, f)
+        scatter(&mut storage, msg, PIECE);
+        split_one(
+            &mut storage,
+            STRIDE,
+            meta(msg.len(), gro_size),
+            STRIDE,
+            PIECE,
+        )
     }
 
     fn datagrams(n: usize, size: usize, tail: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
@@ -264,22 +278,9 @@ mod tests {
         // More segments than buffers: the excess is dropped, the rest delivered in place.
         let (want, msg) = datagrams(STRIDE + 2, PIECE, 0);
         let mut storage: Vec<Vec<u8>> = vec![vec![0; 2000]; STRIDE];
-        scatter(&mut storage, &msg);
-        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
-        let (mut sizes, mut eps) = (vec![0; STRIDE], vec![Endpoint::default(); STRIDE]);
-        let layout = Layout {
-            stride: STRIDE,
-            slot: 4000,
-            gro: true,
-            scatter: PIECE,
-        };
+        scatter(&mut storage, &msg, PIECE);
         let m = meta(msg.len(), PIECE as u16);
-        let f = split(&mut bufs, &mut sizes, &mut eps, &[m], layout, |_| {
-            Endpoint::default()
-        });
-        let got: Vec<Vec<u8>> = (0..f.entries)
-            .map(|i| bufs[i][..sizes[i]].to_vec())
-            .collect();
+        let (got, f) = split_one(&mut storage, STRIDE, m, STRIDE, PIECE);
         assert_eq!(got, want[..STRIDE]);
         assert_eq!(f.oversize, 2);
     }
@@ -288,48 +289,18 @@ mod tests {
     fn a_one_buffer_run_holds_its_message_whole() {
         let msg: Vec<u8> = (0..500).map(|i| i as u8).collect();
         let mut storage = [msg.clone()];
-        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
-        let (mut sizes, mut eps) = (vec![0; 1], vec![Endpoint::default(); 1]);
-        let layout = Layout {
-            stride: 1,
-            slot: 4000,
-            gro: false,
-            scatter: PIECE,
-        };
-        let f = split(
-            &mut bufs,
-            &mut sizes,
-            &mut eps,
-            &[meta(500, 0)],
-            layout,
-            |_| Endpoint::default(),
-        );
-        assert_eq!((f.datagrams, f.oversize, sizes[0]), (1, 0, 500));
-        assert_eq!(bufs[0], &msg[..]);
+        let (got, f) = split_one(&mut storage, 1, meta(500, 0), 1, PIECE);
+        assert_eq!((f.datagrams, f.oversize, got[0].len()), (1, 0, 500));
+        assert_eq!(storage[0], msg);
     }
 
     #[test]
     fn a_scattered_run_cut_short_is_dropped_not_misread() {
         let (_, msg) = datagrams(4, 130, 0);
         let mut storage: Vec<Vec<u8>> = vec![vec![0; 2000]; STRIDE];
-        scatter(&mut storage, &msg);
-        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        scatter(&mut storage, &msg, PIECE);
         // Fewer entries than the read's run had buffers.
-        let (mut sizes, mut eps) = (vec![0; 5], vec![Endpoint::default(); 5]);
-        let layout = Layout {
-            stride: STRIDE,
-            slot: 4000,
-            gro: true,
-            scatter: PIECE,
-        };
-        let f = split(
-            &mut bufs,
-            &mut sizes,
-            &mut eps,
-            &[meta(msg.len(), 130)],
-            layout,
-            |_| Endpoint::default(),
-        );
+        let (_, f) = split_one(&mut storage, 5, meta(msg.len(), 130), STRIDE, PIECE);
         assert_eq!((f.datagrams, f.oversize), (0, 4));
     }
 
@@ -373,35 +344,10 @@ mod tests {
             let msg: Vec<u8> = (0..len).map(|i| (i * 7 + round) as u8).collect();
             let gro = if len > seg { seg as u16 } else { 0 };
             let mut storage: Vec<Vec<u8>> = (0..STRIDE).map(|_| vec![0xcc; 4000]).collect();
-            // What recv_scattered makes of it with this piece size.
-            let mut at = 0;
-            for (k, b) in storage.iter_mut().enumerate() {
-                let n = if k + 1 == STRIDE {
-                    len - at
-                } else {
-                    piece.min(len - at)
-                };
-                b[..n].copy_from_slice(&msg[at..at + n]);
-                at += n;
-                if at == len {
-                    break;
-                }
-            }
-            let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
-            let (mut sizes, mut eps) = (vec![0; STRIDE], vec![Endpoint::default(); STRIDE]);
-            let layout = Layout {
-                stride: STRIDE,
-                slot: 4000,
-                gro: true,
-                scatter: piece,
-            };
-            let m = meta(len, gro);
-            let f = split(&mut bufs, &mut sizes, &mut eps, &[m], layout, |_| {
-                Endpoint::default()
-            });
+            scatter(&mut storage, &msg, piece);
+            let (got, f) = split_one(&mut storage, STRIDE, meta(len, gro), STRIDE, piece);
             let cut = if gro > 0 { seg } else { len };
             let want: Vec<&[u8]> = msg.chunks(cut).take(STRIDE).collect();
-            let got: Vec<&[u8]> = (0..f.entries).map(|i| &bufs[i][..sizes[i]]).collect();
             assert_eq!(got, want, "len {len} seg {seg} piece {piece}");
             assert_eq!(f.oversize, msg.chunks(cut).count().saturating_sub(STRIDE));
         }
