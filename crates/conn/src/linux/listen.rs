@@ -22,7 +22,7 @@ pub(super) struct Listener {
 
 /// Opens one family's socket on `port`. `offload` false leaves UDP GSO/GRO off; `share` makes
 /// the port shareable with connected sockets (`SO_REUSEPORT` alone, see
-/// [`reuse_port_control`](super::connected::reuse_port_control)).
+/// [`reuse_port_control`](crate::connected::reuse_port_control)).
 pub(super) fn listen(
     v6: bool,
     port: u16,
@@ -57,7 +57,7 @@ pub(super) fn listen(
         sock.set_mark(mark)?;
     }
     if share {
-        super::connected::reuse_port_control(&sock)?;
+        crate::connected::reuse_port_control(&sock)?;
     }
     let addr = if v6 {
         SocketAddr::from((Ipv6Addr::UNSPECIFIED, port))

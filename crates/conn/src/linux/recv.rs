@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
-use super::connected::ConnectedSockets;
 use super::segments::{split, Layout, GRO_SEGMENTS};
-use super::stats::Stats;
 use super::Family;
+use crate::connected::ConnectedSockets;
+use crate::stats::Stats;
 use crate::{err_closed, Endpoint, StickySource, IDEAL_BATCH_SIZE};
 
 /// The largest UDP datagram (and GRO super-datagram) the kernel hands up.
