@@ -4,11 +4,12 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]) and the data-path threads' scheduling policy ([`sched`]). Every `unsafe` block
+//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting on a
+//! non-blocking socket ([`poll`], every Unix). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
-//! The crate is empty on other targets.
+//! Apart from [`poll`], the crate is empty on other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -21,6 +22,8 @@ pub mod cycles;
 pub mod daemon;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
+#[cfg(unix)]
+pub mod poll;
 #[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]
