@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use socket2::Socket;
 
-use crate::{is_err_closed, ReceiveFunc};
+use crate::{is_err_closed, Endpoint, ReceiveFunc};
 use os::{Family, SendPool};
 
 /// Bytes a pair carries (sent + received) within one idle interval before it gets a socket.
@@ -299,6 +299,23 @@ impl ConnectedSockets {
         self.inner
             .open(canonical(src), Some(local), size, false)
             .is_some()
+    }
+
+    /// Counts what a shared socket's read returned (its first `n` entries) toward the pairs'
+    /// thresholds: one [`dial`](Self::dial) per run of transport messages from one source to
+    /// one local address. Where the platform does not report the local address
+    /// (`unknown_local`: darwin) the pair is the one the route to the source picks.
+    pub(crate) fn count_received(
+        &self,
+        bufs: &[&mut [u8]],
+        sizes: &[usize],
+        eps: &[Endpoint],
+        n: usize,
+        unknown_local: bool,
+    ) {
+        count_runs(bufs, sizes, eps, n, unknown_local, |src, local, bytes| {
+            self.inner.open(canonical(src), local, bytes, false);
+        });
     }
 
     /// Moves the set to `port` (0: accept nothing) and closes every socket: call after the
@@ -666,6 +683,51 @@ impl Inner {
     }
 }
 
+/// WireGuard transport messages (type 4) are what makes a pair busy; handshakes and strangers'
+/// junk do not count toward opening a socket.
+const MESSAGE_TRANSPORT: u8 = 4;
+/// Header plus tag of the smallest transport message (a keepalive).
+const TRANSPORT_MIN_SIZE: usize = 32;
+
+/// Calls `dial(source, local, bytes)` once per run of consecutive transport messages with the
+/// same source and local destination among the first `n` entries. Entries without a local
+/// address are skipped, unless `unknown_local` (a platform that does not report it) lets them
+/// run by source alone with local `None`.
+pub(crate) fn count_runs(
+    bufs: &[&mut [u8]],
+    sizes: &[usize],
+    eps: &[Endpoint],
+    n: usize,
+    unknown_local: bool,
+    mut dial: impl FnMut(SocketAddr, Option<IpAddr>, u64),
+) {
+    let mut run: Option<(SocketAddr, Option<IpAddr>, u64)> = None;
+    for i in 0..n {
+        let (Some(buf), Some(&size), Some(ep)) = (bufs.get(i), sizes.get(i), eps.get(i)) else {
+            break;
+        };
+        let local = ep.src.map(|s| s.ip);
+        if local.is_none() && !unknown_local {
+            continue;
+        }
+        if size < TRANSPORT_MIN_SIZE || buf.first() != Some(&MESSAGE_TRANSPORT) {
+            continue;
+        }
+        match &mut run {
+            Some((src, l, bytes)) if *src == ep.dst && *l == local => *bytes += size as u64,
+            _ => {
+                if let Some((src, l, bytes)) = run.take() {
+                    dial(src, l, bytes);
+                }
+                run = Some((ep.dst, local, size as u64));
+            }
+        }
+    }
+    if let Some((src, l, bytes)) = run {
+        dial(src, l, bytes);
+    }
+}
+
 /// Whether a send error means the pair's source address (or its route) went away, so the
 /// socket is dropped and the next send redials: `EADDRNOTAVAIL`, `ENETUNREACH`, and on Linux
 /// also `EINVAL` (what it returns once the bound address vanished; on darwin `EINVAL` means a
@@ -696,6 +758,71 @@ mod portable_tests {
         assert!(is_lost_source(libc::EINVAL, true));
         assert!(!is_lost_source(libc::EINVAL, false));
         assert!(!is_lost_source(libc::ENOBUFS, true));
+    }
+
+    /// Runs reported by [`count_runs`] over datagrams `(first byte, size, source, local)`.
+    fn runs(
+        dgrams: &[(u8, usize, &str, Option<&str>)],
+        unknown_local: bool,
+    ) -> Vec<(SocketAddr, Option<IpAddr>, u64)> {
+        let mut storage: Vec<Vec<u8>> = dgrams.iter().map(|d| vec![d.0; d.1]).collect();
+        let bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let sizes: Vec<usize> = dgrams.iter().map(|d| d.1).collect();
+        let eps: Vec<Endpoint> = dgrams
+            .iter()
+            .map(|d| Endpoint {
+                dst: d.2.parse().unwrap(),
+                src: d.3.map(|l| crate::StickySource {
+                    ip: l.parse().unwrap(),
+                    ifindex: 0,
+                }),
+            })
+            .collect();
+        let mut out = Vec::new();
+        count_runs(
+            &bufs,
+            &sizes,
+            &eps,
+            dgrams.len(),
+            unknown_local,
+            |s, l, b| out.push((s, l, b)),
+        );
+        out
+    }
+
+    #[test]
+    fn received_transport_bytes_count_once_per_run_of_source_and_local() {
+        let (a, b) = ("198.18.0.1:1", "198.18.0.2:1");
+        let l = Some("198.18.0.9");
+        let got = runs(
+            &[
+                (4, 100, a, l),
+                (4, 50, a, l),
+                (1, 148, a, l), // a handshake: not counted, does not end the run
+                (4, 20, a, l),  // shorter than a keepalive: not counted
+                (4, 40, b, l),
+                (4, 60, a, l),
+                (4, 70, a, None), // no local address: skipped here
+            ],
+            false,
+        );
+        let ip = l.map(|l| l.parse().unwrap());
+        assert_eq!(
+            got,
+            [
+                (a.parse().unwrap(), ip, 150),
+                (b.parse().unwrap(), ip, 40),
+                (a.parse().unwrap(), ip, 60)
+            ]
+        );
+    }
+
+    #[test]
+    fn without_local_addresses_runs_go_by_source_alone() {
+        let a = "198.18.0.1:1";
+        let got = runs(&[(4, 100, a, None), (4, 50, a, None)], true);
+        assert_eq!(got, [(a.parse().unwrap(), None, 150)]);
+        assert!(runs(&[(4, 100, a, None)], false).is_empty());
     }
 
     #[test]
