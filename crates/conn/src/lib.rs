@@ -13,6 +13,8 @@
 
 #[cfg(any(target_os = "linux", target_vendor = "apple"))]
 pub mod connected;
+#[cfg(any(target_vendor = "apple", all(test, target_os = "linux")))]
+mod darwin;
 mod endpoint;
 mod error;
 #[cfg(target_os = "linux")]

@@ -27,7 +27,7 @@ mod options;
 mod os;
 #[cfg(target_os = "linux")]
 mod reader;
-mod slots;
+pub(crate) mod slots;
 mod sock;
 #[cfg(all(test, target_os = "linux"))]
 mod tests;

@@ -1,0 +1,6 @@
+//! The darwin (macOS, iOS) bind. The rules live in [`io`], written against the
+//! `vpn_darwinbatch::Kernel` seam so that they compile everywhere and are unit-tested on Linux
+//! against the simulated darwin kernel; the rest (Apple targets only) is glue: sockets, locks
+//! and parking.
+
+pub(crate) mod io;
