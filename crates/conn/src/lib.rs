@@ -21,6 +21,8 @@ mod error;
 mod linux;
 pub mod memory;
 #[cfg(any(target_os = "linux", target_vendor = "apple"))]
+mod ports;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
 mod stats;
 
 #[cfg(any(target_os = "linux", target_vendor = "apple"))]

@@ -1,7 +1,11 @@
 //! The connected-socket options of a [`StdNetBind`](crate::StdNetBind) (the same on every
 //! platform that has connected sockets).
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::{ConnectedConfig, Control};
+use crate::ReceiveFuncStarter;
 
 /// Whether and how a [`StdNetBind`] uses connected sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +40,28 @@ impl ConnectedOptions {
     /// `VPN_CONNECTED_IDLE_MS` override the defaults (tests use a short idle interval).
     pub fn from_env() -> Self {
         Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The configuration of the set a bind opened on `port` creates: its readers go to the
+    /// device's `starter`, `control` runs on every pair socket before it connects.
+    pub(crate) fn config(
+        &self,
+        port: u16,
+        starter: Arc<dyn ReceiveFuncStarter>,
+        control: Control,
+        offload: bool,
+    ) -> ConnectedConfig {
+        let mut cfg = ConnectedConfig::new(
+            port,
+            Arc::new(move |f, buf, batch| starter.start(f, buf, batch)),
+        );
+        cfg.control = Some(control);
+        cfg.max_sockets = self.max_sockets;
+        cfg.max_datagram = self.max_datagram;
+        cfg.open_after = self.open_after;
+        cfg.idle_interval = self.idle_interval;
+        cfg.offload = offload;
+        cfg
     }
 
     pub(crate) fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {

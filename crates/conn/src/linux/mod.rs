@@ -33,7 +33,7 @@ use socket2::Socket;
 use vpn_sys::cmsg::PktInfo;
 use vpn_sys::mmsg::{self, MsgPlan, SendBatch};
 
-use crate::connected::{self, canonical, ConnectedConfig, ConnectedOptions, ConnectedSockets};
+use crate::connected::{self, canonical, ConnectedOptions, ConnectedSockets};
 use crate::stats::{BindStats, Stats};
 use crate::{
     err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, ReceiveFuncStarter,
@@ -241,22 +241,13 @@ impl StdNetBind {
         }
         let starter = self.starter.lock().clone()?;
         let mark = self.mark.clone();
-        let o = self.connected_opts;
-        let mut cfg = ConnectedConfig::new(
-            port,
-            Arc::new(move |f, buf, batch| starter.start(f, buf, batch)),
-        );
-        cfg.control = Some(Arc::new(move |s: &Socket| {
-            match mark.load(Ordering::Relaxed) {
-                0 => Ok(()),
-                m => s.set_mark(m),
-            }
-        }));
-        cfg.max_sockets = o.max_sockets;
-        cfg.max_datagram = o.max_datagram;
-        cfg.open_after = o.open_after;
-        cfg.idle_interval = o.idle_interval;
-        cfg.offload = self.offload;
+        let control = Arc::new(move |s: &Socket| match mark.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            m => s.set_mark(m),
+        });
+        let cfg = self
+            .connected_opts
+            .config(port, starter, control, self.offload);
         Some(Arc::new(ConnectedSockets::with_counters(
             cfg,
             self.connected_counters.clone(),
