@@ -27,6 +27,8 @@ mod stats;
 
 #[cfg(any(target_os = "linux", target_vendor = "apple"))]
 pub use connected::{ConnectedConfig, ConnectedOptions, ConnectedSockets, ConnectedStats};
+#[cfg(target_vendor = "apple")]
+pub use darwin::StdNetBind;
 pub use endpoint::{Endpoint, StickySource};
 pub use error::{err_closed, is_err_closed, ErrUdpGsoDisabled};
 #[cfg(target_os = "linux")]

@@ -63,8 +63,8 @@ pub(super) fn offloads(sock: &Socket, offload: bool) -> (bool, bool) {
     (gso, gro)
 }
 
-/// The pair socket's I/O state.
-pub(super) fn family(d: Dialled, v6: bool) -> Family {
+/// The pair socket's I/O state (the offloads were read back at connect).
+pub(super) fn family(d: Dialled, v6: bool, _offload: bool) -> Family {
     Family {
         sock: RwLock::new(Some(d.sock)),
         closed: AtomicBool::new(false),

@@ -22,6 +22,9 @@
 
 mod check;
 mod options;
+#[cfg(target_vendor = "apple")]
+#[path = "darwin.rs"]
+mod os;
 #[cfg(target_os = "linux")]
 #[path = "linux.rs"]
 mod os;
@@ -572,7 +575,7 @@ impl Inner {
         let (gso, gro) = (dialled.gso, dialled.gro);
         let pair = Arc::new(Pair {
             key,
-            fam: os::family(dialled, key.remote.is_ipv6()),
+            fam: os::family(dialled, key.remote.is_ipv6(), self.cfg.offload),
             used: AtomicBool::new(true),
         });
         {
