@@ -12,6 +12,8 @@
 #![warn(missing_docs)]
 
 #[cfg(any(target_os = "linux", target_vendor = "apple"))]
+mod bind_core;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
 pub mod connected;
 #[cfg(any(target_vendor = "apple", all(test, target_os = "linux")))]
 mod darwin;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{ConnectedConfig, Control};
 use crate::ReceiveFuncStarter;
 
-/// Whether and how a [`StdNetBind`] uses connected sockets.
+/// Whether and how a [`StdNetBind`](crate::StdNetBind) uses connected sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectedOptions {
     /// Connected sockets on.

@@ -10,7 +10,6 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::family::{Family, SendPool};
@@ -18,19 +17,10 @@ use super::io::{
     self as dio, port_sharing, set_dont_fragment, share_port, shared_endpoint, socket_is_v6,
     Receiver, Sent, MAX_DATAGRAM,
 };
-use crate::connected::{self, canonical, ConnectedOptions, ConnectedSockets};
+use crate::bind_core::{Core, Shared};
+use crate::connected::ConnectedSockets;
 use crate::ports::{wildcard, SOCKET_BUFFER_SIZE};
-use crate::stats::{BindStats, Stats};
-use crate::{err_closed, Bind, Endpoint, ReceiveFunc, ReceiveFuncStarter, IDEAL_BATCH_SIZE};
-
-#[derive(Default)]
-struct State {
-    open: bool,
-    v4: Option<Arc<Family>>,
-    v6: Option<Arc<Family>>,
-    /// The connected sockets of this open (with connected sockets on and a starter installed).
-    connected: Option<Arc<ConnectedSockets>>,
-}
+use crate::{Bind, Endpoint, ReceiveFunc, ReceiveFuncStarter, IDEAL_BATCH_SIZE};
 
 /// The darwin UDP bind (`conn.StdNetBind` with Tailscale's darwin options).
 ///
@@ -38,15 +28,11 @@ struct State {
 /// when the system lacks that family). darwin reports no local address with a datagram, so
 /// endpoints carry no sticky source (as upstream on darwin).
 pub struct StdNetBind {
-    state: RwLock<State>,
+    core: Core<Family>,
     offload: bool,
     batched_io: bool,
     dont_fragment: bool,
-    stats: Arc<Stats>,
     send_pool: SendPool,
-    connected_opts: ConnectedOptions,
-    starter: Mutex<Option<Arc<dyn ReceiveFuncStarter>>>,
-    connected_counters: Arc<connected::Counters>,
 }
 
 impl Default for StdNetBind {
@@ -66,15 +52,11 @@ impl StdNetBind {
     /// (the darwin counterpart of Linux's UDP GSO/GRO switch).
     pub fn with_offload(offload: bool) -> Self {
         StdNetBind {
-            state: RwLock::new(State::default()),
+            core: Core::new(),
             offload,
             batched_io: false,
             dont_fragment: false,
-            stats: Arc::default(),
             send_pool: SendPool::default(),
-            connected_opts: ConnectedOptions::default(),
-            starter: Mutex::new(None),
-            connected_counters: Arc::default(),
         }
     }
 
@@ -94,59 +76,22 @@ impl StdNetBind {
         self
     }
 
-    /// Turns connected sockets on or off (default off) for later `open`s. They take effect
-    /// only once the device installs a receive-function starter.
-    pub fn with_connected_sockets(self, on: bool) -> Self {
-        let opts = ConnectedOptions {
-            enabled: on,
-            ..self.connected_opts
-        };
-        self.with_connected_options(opts)
-    }
-
-    /// Sets every connected-socket option at once.
-    pub fn with_connected_options(mut self, opts: ConnectedOptions) -> Self {
-        self.connected_opts = opts;
-        self
-    }
-
-    /// The connected sockets of the current open, if any.
-    pub fn connected_sockets(&self) -> Option<Arc<ConnectedSockets>> {
-        self.state.read().connected.clone()
-    }
-
-    /// The counters since creation.
-    pub fn stats(&self) -> BindStats {
-        let c = self.connected_counters.snapshot();
-        BindStats {
-            connected_open: c.open,
-            connected_dials: c.dials,
-            connected_datagrams_sent: c.datagrams_sent,
-            connected_datagrams_received: c.datagrams_received,
-            ..self.stats.snapshot()
-        }
-    }
+    crate::bind_core::common_methods!();
 
     /// UDP GSO and GRO per family, as on Linux: darwin has neither, so `(false, false)` for
     /// an open family and `None` for one that is not open.
     pub fn offloads(&self) -> [Option<(bool, bool)>; 2] {
-        let st = self.state.read();
-        [st.v4.is_some(), st.v6.is_some()].map(|open| open.then_some((false, false)))
+        self.core.state.read().per_family(|_| (false, false))
     }
 
     /// Whether the shared sockets of the current open batch their I/O, as `[v4, v6]`.
     pub fn batched(&self) -> [Option<bool>; 2] {
-        let st = self.state.read();
-        [&st.v4, &st.v6].map(|f| f.as_ref().map(|f| f.batched))
+        self.core.state.read().per_family(|f| f.batched)
     }
 
     /// The set for a fresh open on `port`, when connected sockets are on and a starter is
     /// installed. Don't-fragment, when on, is applied to every pair socket by its control.
     fn new_connected(&self, port: u16) -> Option<Arc<ConnectedSockets>> {
-        if !self.connected_opts.enabled {
-            return None;
-        }
-        let starter = self.starter.lock().clone()?;
         let df = self.dont_fragment;
         let control = Arc::new(move |s: &Socket| {
             if df {
@@ -155,13 +100,7 @@ impl StdNetBind {
                 Ok(())
             }
         });
-        let cfg = self
-            .connected_opts
-            .config(port, starter, control, self.offload);
-        Some(Arc::new(ConnectedSockets::with_counters(
-            cfg,
-            self.connected_counters.clone(),
-        )))
+        self.core.new_connected(port, control, self.offload)
     }
 
     /// The receive function of one shared socket.
@@ -170,7 +109,7 @@ impl StdNetBind {
         fam: Arc<Family>,
         connected: Option<Arc<ConnectedSockets>>,
     ) -> ReceiveFunc {
-        let stats = self.stats.clone();
+        let stats = self.core.stats.clone();
         let mut rx = Receiver::new(fam.batched);
         Box::new(move |bufs, sizes, eps| {
             let n = fam.read_loop(
@@ -213,16 +152,17 @@ fn listen(v6: bool, port: u16, share: bool, dont_fragment: bool) -> io::Result<S
     Ok(sock)
 }
 
+impl Shared for Family {
+    fn close(&self) {
+        Family::close(self)
+    }
+}
+
 impl Bind for StdNetBind {
     fn open(&self, port: u16) -> io::Result<(Vec<ReceiveFunc>, u16)> {
-        let mut st = self.state.write();
-        if st.open {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                "bind already open",
-            ));
-        }
-        let share = self.connected_opts.enabled;
+        let mut st = self.core.state.write();
+        Core::check_closed(&st)?;
+        let share = self.core.connected_opts.enabled;
         let df = self.dont_fragment;
         let (v4, v6, port) =
             crate::ports::listen_pair(port, |v6, port| listen(v6, port, share, df), |s| s)?;
@@ -232,24 +172,15 @@ impl Bind for StdNetBind {
         st.v6 = v6.map(family).transpose()?;
         st.open = true;
         st.connected = self.new_connected(port);
-        let mut fns: Vec<ReceiveFunc> = Vec::with_capacity(2);
-        for fam in [&st.v4, &st.v6].into_iter().flatten() {
-            fns.push(self.receive_func(fam.clone(), st.connected.clone()));
-        }
+        let fns = st
+            .families()
+            .map(|fam| self.receive_func(fam.clone(), st.connected.clone()))
+            .collect();
         Ok((fns, port))
     }
 
     fn close(&self) -> io::Result<()> {
-        // Held throughout so a following `open` finds the port free.
-        let mut st = self.state.write();
-        st.open = false;
-        // First, so that the started readers end and a following open can dial again.
-        if let Some(c) = st.connected.take() {
-            c.close();
-        }
-        for fam in [st.v4.take(), st.v6.take()].into_iter().flatten() {
-            fam.close();
-        }
+        self.core.close();
         Ok(())
     }
 
@@ -262,28 +193,17 @@ impl Bind for StdNetBind {
         if bufs.is_empty() {
             return Ok(());
         }
-        let dst = canonical(ep.dst);
-        let (fam, connected) = {
-            let st = self.state.read();
-            if !st.open {
-                return Err(err_closed());
-            }
-            let fam = if dst.is_ipv6() { &st.v6 } else { &st.v4 };
-            let fam = fam
-                .clone()
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
-            (fam, st.connected.clone())
-        };
-        if let Some(c) = connected {
-            if let Some(r) = c.send_from(dst, ep.src.map(|s| s.ip), bufs) {
-                return r;
-            }
+        let route = self.core.route(ep)?;
+        if let Some(r) = route.send_connected(bufs, ep.src.map(|s| s.ip)) {
+            return r;
         }
         let mut sent = Sent::default();
-        let result = fam.send(&self.send_pool, bufs, Some(dst), &mut sent);
-        self.stats.send(sent.datagrams, 0);
+        let result = route
+            .fam
+            .send(&self.send_pool, bufs, Some(route.dst), &mut sent);
+        self.core.stats.send(sent.datagrams, 0);
         if sent.dropped > 0 {
-            tracing::trace!(%dst, dropped = sent.dropped, "send queue full: datagrams dropped");
+            tracing::trace!(dst = %route.dst, dropped = sent.dropped, "send queue full: datagrams dropped");
         }
         result
     }
@@ -291,7 +211,7 @@ impl Bind for StdNetBind {
     /// 128 when the shared sockets may batch or connected sockets are on, else 1: a
     /// one-datagram-per-call bind gains nothing from larger batches.
     fn batch_size(&self) -> usize {
-        if self.batched_io || self.connected_opts.enabled {
+        if self.batched_io || self.core.connected_opts.enabled {
             IDEAL_BATCH_SIZE
         } else {
             1
@@ -299,6 +219,6 @@ impl Bind for StdNetBind {
     }
 
     fn set_receive_func_starter(&self, starter: Arc<dyn ReceiveFuncStarter>) {
-        *self.starter.lock() = Some(starter);
+        self.core.set_starter(starter);
     }
 }
