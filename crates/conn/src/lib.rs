@@ -16,6 +16,7 @@ mod bind_core;
 #[cfg(any(target_os = "linux", target_vendor = "apple"))]
 pub mod connected;
 #[cfg(any(target_vendor = "apple", all(test, target_os = "linux")))]
+#[cfg_attr(not(target_vendor = "apple"), allow(dead_code))]
 mod darwin;
 mod endpoint;
 mod error;

@@ -24,6 +24,8 @@ pub mod daemon;
 pub mod mmsg;
 #[cfg(unix)]
 pub mod poll;
+#[cfg(all(feature = "posix-kernel", target_os = "linux"))]
+pub mod posix_kernel;
 #[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]

@@ -28,7 +28,7 @@ use crate::{Bind, Endpoint, ReceiveFunc, ReceiveFuncStarter, IDEAL_BATCH_SIZE};
 /// when the system lacks that family). darwin reports no local address with a datagram, so
 /// endpoints carry no sticky source (as upstream on darwin).
 pub struct StdNetBind {
-    core: Core<Family>,
+    pub(super) core: Core<Family>,
     offload: bool,
     batched_io: bool,
     dont_fragment: bool,
@@ -95,7 +95,7 @@ impl StdNetBind {
         let df = self.dont_fragment;
         let control = Arc::new(move |s: &Socket| {
             if df {
-                set_dont_fragment(vpn_darwinbatch::system(), s.as_raw_fd(), socket_is_v6(s))
+                set_dont_fragment(super::kernel(), s.as_raw_fd(), socket_is_v6(s))
             } else {
                 Ok(())
             }
@@ -146,7 +146,7 @@ fn listen(v6: bool, port: u16, share: bool, dont_fragment: bool) -> io::Result<S
         share_port(&sock, port_sharing(false))?;
     }
     if dont_fragment {
-        set_dont_fragment(vpn_darwinbatch::system(), sock.as_raw_fd(), v6)?;
+        set_dont_fragment(super::kernel(), sock.as_raw_fd(), v6)?;
     }
     sock.bind(&wildcard(v6, port).into())?;
     Ok(sock)

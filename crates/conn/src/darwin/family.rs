@@ -56,7 +56,7 @@ impl Family {
             closed: AtomicBool::new(false),
             batched,
             wake,
-            kernel: vpn_darwinbatch::system(),
+            kernel: super::kernel(),
         }
     }
 
@@ -145,12 +145,64 @@ impl Family {
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         if let Some(s) = self.sock.read().as_ref() {
-            // ENOTCONN on an unconnected socket: the wake-up pair covers that case.
+            // Wakes a parked reader of a connected socket. ENOTCONN on an unconnected socket,
+            // which on darwin wakes nobody: the wake-up pair covers that case.
             let _ = s.shutdown(Shutdown::Both);
         }
+        self.ring();
+        drop(self.sock.write().take());
+    }
+
+    /// Makes the wake-up pair readable: every reader or sender parked on it returns.
+    fn ring(&self) {
         if let Some((w, _)) = &self.wake {
             let _ = (&*w).write_all(&[1]);
         }
-        drop(self.sock.write().take());
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::darwin::io::{shared_endpoint, Receiver, MAX_DATAGRAM};
+    use crate::{is_err_closed, Endpoint};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    /// darwin's `shutdown` does not wake a reader parked on an unconnected socket (Linux's
+    /// does): the wake-up pair alone must.
+    #[test]
+    fn a_parked_reader_of_a_shared_socket_wakes_on_the_wake_up_pair_alone() {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fam = Arc::new(Family::shared(Socket::from(sock), false).unwrap());
+        let (tx, rx) = mpsc::channel();
+        let reader = fam.clone();
+        std::thread::spawn(move || {
+            let mut rx_state = Receiver::new(false);
+            let mut storage = [0u8; 2048];
+            let mut bufs: Vec<&mut [u8]> = vec![&mut storage[..]];
+            let (mut sizes, mut eps) = ([0usize], [Endpoint::default()]);
+            let r = reader.read_loop(
+                |_| false,
+                |fd| {
+                    rx_state.recv(
+                        fd,
+                        &mut bufs,
+                        &mut sizes,
+                        &mut eps,
+                        MAX_DATAGRAM,
+                        shared_endpoint,
+                    )
+                },
+            );
+            let _ = tx.send(r);
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        fam.closed.store(true, Ordering::SeqCst);
+        fam.ring(); // no shutdown
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("parked reader not woken by the wake-up pair");
+        assert!(is_err_closed(&r.unwrap_err()));
     }
 }
