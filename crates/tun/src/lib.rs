@@ -12,6 +12,8 @@ pub mod darwin;
 mod linux;
 pub mod memory;
 pub mod offload;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod shutdown;
 
 #[cfg(target_os = "macos")]
 pub use darwin::DarwinTun;

@@ -9,17 +9,16 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{select, Receiver, Sender};
-use parking_lot::Mutex;
 use vpn_sys::darwin::{fd as sysfd, iface, utun};
 
 use super::frame::{page_size, parse_utun_name};
 use super::io::{batch_size, raise_pending_queue, MtuCache, Ready, UtunIo};
 use super::route::{self, retry_enomem, RouteWatch};
+use crate::shutdown::{closed, Shutdown};
 use crate::{Device, Event};
 
 /// wireguard-go's event channel capacity.
@@ -45,10 +44,8 @@ pub struct DarwinTun {
     /// Readable once `close` ran; every poller watches it.
     wake_rx: Arc<OwnedFd>,
     wake_tx: OwnedFd,
-    closed: AtomicBool,
     events: Receiver<Event>,
-    stop_events: Mutex<Option<Sender<()>>>,
-    listener: Mutex<Option<JoinHandle<()>>>,
+    shutdown: Shutdown,
 }
 
 impl DarwinTun {
@@ -102,10 +99,8 @@ impl DarwinTun {
             ctl,
             wake_rx,
             wake_tx,
-            closed: AtomicBool::new(false),
             events,
-            stop_events: Mutex::new(Some(stop_tx)),
-            listener: Mutex::new(Some(listener)),
+            shutdown: Shutdown::new(stop_tx, listener),
         })
     }
 
@@ -117,7 +112,7 @@ impl DarwinTun {
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.shutdown.is_closed()
     }
 
     /// Waits for the utun to be readable or writable; an error once the device is closed.
@@ -127,7 +122,7 @@ impl DarwinTun {
             Ready::Write => libc::POLLOUT,
         };
         if self.is_closed()
-            || sysfd::poll_or_wake(self.fd.as_raw_fd(), events, self.wake_rx.as_fd())?
+            || vpn_sys::poll::poll_or_wake(self.fd.as_raw_fd(), events, self.wake_rx.as_fd())?
         {
             return Err(closed());
         }
@@ -168,17 +163,8 @@ impl Device for DarwinTun {
     }
 
     fn close(&self) -> io::Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let woke = sysfd::signal(self.wake_tx.as_fd());
-        drop(self.stop_events.lock().take());
-        if let Some(h) = self.listener.lock().take() {
-            if h.join().is_err() {
-                tracing::warn!("utun {}: event listener panicked", self.name);
-            }
-        }
-        woke
+        self.shutdown
+            .close(&self.name, || sysfd::signal(self.wake_tx.as_fd()))
     }
 
     fn batch_size(&self) -> usize {
@@ -192,10 +178,6 @@ impl Drop for DarwinTun {
             tracing::warn!("utun {}: close failed: {e}", self.name);
         }
     }
-}
-
-fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "tun closed")
 }
 
 /// The routing-socket listener: one thread in `poll` on the routing socket and the wake pipe.
@@ -247,7 +229,7 @@ impl Listener {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match sysfd::poll_or_wake(
+                    match vpn_sys::poll::poll_or_wake(
                         self.route.as_raw_fd(),
                         libc::POLLIN,
                         self.wake.as_fd(),
@@ -260,10 +242,14 @@ impl Listener {
                         }
                     }
                 }
-                // Interrupted, or messages lost to a full socket buffer: keep listening.
-                Err(e)
-                    if e.kind() == io::ErrorKind::Interrupted
-                        || e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                // Messages were lost to a full socket buffer; the MTU may have changed.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.cache.clear();
+                    if !self.send(Event::MtuUpdate) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     tracing::warn!("utun {}: routing socket: {e}", self.name);
                     return;

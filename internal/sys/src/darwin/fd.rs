@@ -1,5 +1,4 @@
-//! Descriptors: non-blocking mode, a wake pipe, and waiting for readiness without blocking
-//! a close.
+//! Descriptors: non-blocking mode, a wake pipe (for `crate::poll::poll_or_wake`), `read`.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -49,40 +48,6 @@ pub fn signal(write_end: BorrowedFd<'_>) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Waits until `fd` is ready for `events` (`POLLIN`/`POLLOUT`) or `wake` is readable.
-/// `Ok(true)`: woken (the device is closing). No timeout: an idle reader costs no wake-ups.
-pub fn poll_or_wake(fd: RawFd, events: libc::c_short, wake: BorrowedFd<'_>) -> io::Result<bool> {
-    loop {
-        let mut fds = [
-            libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: `fds` is a valid array of 2 pollfd for the duration of the call.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if fds[1].revents != 0 {
-            return Ok(true);
-        }
-        if fds[0].revents != 0 {
-            return Ok(false);
-        }
-    }
 }
 
 /// `read(2)`.
