@@ -4,12 +4,13 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting on a
-//! non-blocking socket ([`poll`], every Unix). Every `unsafe` block
+//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting for a descriptor
+//! or a close ([`poll`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
-//! Apart from [`poll`], the crate is empty on other targets.
+//! On Apple targets, [`darwin`] holds the macOS data plane's calls (utun, routing socket,
+//! interface ioctls, the clock that counts sleep). The crate is empty on other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -20,9 +21,11 @@ pub mod cmsg;
 pub mod cycles;
 #[cfg(target_os = "linux")]
 pub mod daemon;
+#[cfg(target_vendor = "apple")]
+pub mod darwin;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
-#[cfg(unix)]
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
 pub mod poll;
 #[cfg(all(feature = "posix-kernel", target_os = "linux"))]
 pub mod posix_kernel;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Mutex, RwLock};
 use socket2::Socket;
 use vpn_darwinbatch::Kernel;
-use vpn_sys::poll::{self, Ready};
+use vpn_sys::poll;
 
 use super::io::{self as dio, Fd, Next, Read, SendState, Sent};
 use crate::err_closed;
@@ -66,11 +66,19 @@ impl Family {
 
     /// Parks until `sock` is ready, or fails with [`err_closed`] once the family closes.
     fn park(&self, sock: &Socket, writable: bool) -> io::Result<()> {
-        let wake = self.wake.as_ref().map(|(_, r)| r.as_fd());
-        match poll::wait(sock.as_fd(), writable, wake)? {
-            Ready::Socket if !self.is_closed() => Ok(()),
-            _ => Err(err_closed()),
+        let events = if writable {
+            libc::POLLOUT
+        } else {
+            libc::POLLIN
+        };
+        let woken = match &self.wake {
+            Some((_, r)) => poll::poll_or_wake(sock.as_raw_fd(), events, r.as_fd())?,
+            None => poll::poll_ready(sock.as_raw_fd(), events).map(|()| false)?,
+        };
+        if woken || self.is_closed() {
+            return Err(err_closed());
         }
+        Ok(())
     }
 
     /// Sends `bufs` to `dst` (`None`: the connected peer), batched with a pooled state when
