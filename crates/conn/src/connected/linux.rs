@@ -28,7 +28,7 @@ pub(super) type SendPool = Mutex<Vec<SendScratch>>;
 ///
 /// Linux only lets sockets of the same effective UID join a reuse-port group, so another user
 /// cannot bind the port and steal traffic. `SO_REUSEADDR` is deliberately not set: UDP sockets
-/// that all set it share a port without that user check (`docs/design-notes.md`).
+/// that all set it share a port without that user check.
 pub fn reuse_port_control(sock: &Socket) -> io::Result<()> {
     sock.set_reuse_port(true)
 }
