@@ -54,17 +54,16 @@ pub(super) fn family(d: Dialled, _v6: bool, offload: bool) -> Family {
     Family::connected(d.sock, batched)
 }
 
-/// Sends `bufs` on the pair socket; the result and how many datagrams the kernel accepted.
-pub(super) fn send(fam: &Family, pool: &SendPool, bufs: &[&[u8]]) -> (io::Result<()>, usize) {
+/// Sends `bufs` on the pair socket; the result, how many datagrams the kernel accepted and how
+/// many a full queue dropped.
+pub(super) fn send(
+    fam: &Family,
+    pool: &SendPool,
+    bufs: &[&[u8]],
+) -> (io::Result<()>, usize, usize) {
     let mut sent = Sent::default();
     let result = fam.send(pool, bufs, None, &mut sent);
-    if sent.dropped > 0 {
-        tracing::trace!(
-            dropped = sent.dropped,
-            "pair send queue full: datagrams dropped"
-        );
-    }
-    (result, sent.datagrams)
+    (result, sent.datagrams, sent.dropped)
 }
 
 /// The receive function for `pair`, the buffer size and the batch to ask the device for.

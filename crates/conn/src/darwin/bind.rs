@@ -202,9 +202,7 @@ impl Bind for StdNetBind {
             .fam
             .send(&self.send_pool, bufs, Some(route.dst), &mut sent);
         self.core.stats.send(sent.datagrams, 0);
-        if sent.dropped > 0 {
-            tracing::trace!(dst = %route.dst, dropped = sent.dropped, "send queue full: datagrams dropped");
-        }
+        self.core.stats.send_dropped(sent.dropped);
         result
     }
 
