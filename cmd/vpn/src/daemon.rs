@@ -265,18 +265,20 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
     // and for comparisons.
     let udp_offload = std::env::var("VPN_UDP_OFFLOAD").map_or(true, |v| v != "0");
     let bind = Arc::new(StdNetBind::with_offload(udp_offload).with_connected_options(connected));
-    let opts = Options {
-        clock: daemon_clock(),
-        receive_pool_bytes: vpn_device::DEFAULT_RECEIVE_POOL_BYTES
-            + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
+    let opts = Options::default()
+        .with_clock(daemon_clock())
+        .with_receive_pool_bytes(
+            vpn_device::DEFAULT_RECEIVE_POOL_BYTES
+                + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
+        )
         // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
-        scheduling: std::env::var("VPN_SCHED_BATCH")
-            .map_or(true, |v| v != "0")
-            .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
+        .with_scheduling(
+            std::env::var("VPN_SCHED_BATCH")
+                .map_or(true, |v| v != "0")
+                .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
+        )
         // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
-        datagram_yield: std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"),
-        ..Options::default()
-    };
+        .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"));
     let dev = Arc::new(Device::with_options(
         tun.clone(),
         bind.clone(),

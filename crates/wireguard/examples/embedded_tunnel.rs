@@ -1,0 +1,115 @@
+//! A WireGuard tunnel embedded in a program: a TUN by name, the default bind, one device,
+//! configured from the command line or a `wg` configuration file, up until Ctrl-C, SIGTERM or
+//! `--duration` seconds. Addresses and routes are the host's job (`ip addr add … dev <ifname>`).
+//!
+//! ```text
+//! embedded_tunnel <ifname> --config <wg.conf> [--duration <s>]
+//! embedded_tunnel <ifname> --private-key <base64> [--listen-port <n>] [--peer <base64>
+//!     [--endpoint <ip:port>] [--allowed-ip <cidr>]... [--keepalive <s>]] [--duration <s>]
+//! ```
+//!
+//! Prints `ready <ifname> <public key>` once the device is up, and each peer's counters when it
+//! stops. Needs root (or `CAP_NET_ADMIN`) to create the interface; `RUST_LOG=debug` shows the
+//! device's log.
+
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::time::Duration;
+use vpn_wireguard::{conn, device, keys, tun};
+
+fn main() {
+    if let Err(e) = run(std::env::args().skip(1).collect()) {
+        eprintln!("embedded_tunnel: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let ifname = args
+        .first()
+        .ok_or("usage: embedded_tunnel <ifname> [options]")?;
+    let (uapi, private_key, peers, duration) = configuration(&args[1..])?;
+
+    let tun = tun::create_tun(ifname, 1420)?;
+    let dev = Arc::new(device::Device::new(
+        tun,
+        conn::new_default_bind(),
+        device::Logger::new(ifname.as_str()),
+    ));
+    dev.ipc_set(&uapi)?;
+    dev.up()?;
+    println!("ready {ifname} {}", private_key.public_key());
+
+    // Ctrl-C and SIGTERM close the device, and so does the timer; `wait` returns then.
+    let on_signal = dev.clone();
+    ctrlc::set_handler(move || on_signal.close())?;
+    if let Some(d) = duration {
+        let on_timer = dev.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            on_timer.close();
+        });
+    }
+    dev.wait();
+
+    for key in peers {
+        if let Some(peer) = dev.peer(&key) {
+            let (rx, tx) = peer.rx_tx_bytes();
+            let hs = peer.last_handshake().is_some();
+            println!("peer {key}: handshake {hs}, rx {rx} B, tx {tx} B");
+        }
+    }
+    Ok(())
+}
+
+type Setup = (
+    String,
+    keys::PrivateKey,
+    Vec<keys::PublicKey>,
+    Option<Duration>,
+);
+
+/// The UAPI `set` text, our key, the peers' keys and the run time, from the arguments.
+fn configuration(args: &[String]) -> Result<Setup, Box<dyn std::error::Error>> {
+    let mut it = args.iter();
+    let (mut uapi, mut key, mut peers, mut duration) = (String::new(), None, Vec::new(), None);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        if value.contains('\n') {
+            return Err(format!("{flag}: a value is one line").into());
+        }
+        match flag.as_str() {
+            "--config" => {
+                let file = vpn_config::parse(&std::fs::read_to_string(value)?)?;
+                uapi += &file.to_uapi(|host, port| {
+                    (host, port).to_socket_addrs()?.next().ok_or_else(|| {
+                        std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
+                    })
+                })?;
+                peers.extend(file.peers.iter().map(|p| p.public_key.clone()));
+                key = Some(file.interface.private_key);
+            }
+            "--private-key" => {
+                let k = keys::PrivateKey::from_base64(value.trim())?;
+                uapi += &format!("private_key={}\n", k.to_hex());
+                key = Some(k);
+            }
+            "--peer" => {
+                let k = keys::PublicKey::from_base64(value)?;
+                uapi += &format!("public_key={}\n", k.to_hex());
+                peers.push(k);
+            }
+            "--listen-port" => uapi += &format!("listen_port={}\n", value.parse::<u16>()?),
+            "--endpoint" => uapi += &format!("endpoint={value}\n"),
+            "--allowed-ip" => uapi += &format!("allowed_ip={value}\n"),
+            "--keepalive" => uapi += &format!("persistent_keepalive_interval={value}\n"),
+            "--duration" => duration = Some(Duration::from_secs(value.parse()?)),
+            other => return Err(format!("unknown option {other}").into()),
+        }
+    }
+    let key = key.ok_or("--config or --private-key is required")?;
+    Ok((uapi, key, peers, duration))
+}
