@@ -53,14 +53,17 @@ fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             on_timer.close();
         });
     }
+    // Closing removes the peers from the device: keep them to read their counters at the end.
+    let peers: Vec<_> = peers.iter().filter_map(|k| dev.peer(k)).collect();
     dev.wait();
 
-    for key in peers {
-        if let Some(peer) = dev.peer(&key) {
-            let (rx, tx) = peer.rx_tx_bytes();
-            let hs = peer.last_handshake().is_some();
-            println!("peer {key}: handshake {hs}, rx {rx} B, tx {tx} B");
-        }
+    for peer in peers {
+        let (rx, tx) = peer.rx_tx_bytes();
+        let hs = peer.last_handshake().is_some();
+        println!(
+            "peer {}: handshake {hs}, rx {rx} B, tx {tx} B",
+            peer.public_key()
+        );
     }
     Ok(())
 }
@@ -89,7 +92,7 @@ fn configuration(args: &[String]) -> Result<Setup, Box<dyn std::error::Error>> {
                         std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
                     })
                 })?;
-                peers.extend(file.peers.iter().map(|p| p.public_key.clone()));
+                peers.extend(file.peers.iter().map(|p| p.public_key));
                 key = Some(file.interface.private_key);
             }
             "--private-key" => {
