@@ -167,7 +167,7 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
     ];
     for (cfg, code) in cases {
         let e = dev.ipc_set(&cfg).expect_err(&cfg);
-        assert_eq!(e.code, code, "{cfg}: {e}");
+        assert_eq!(e.code(), code, "{cfg}: {e}");
     }
     // A port in use: another bind on the same network address holds it.
     let squatter = net.bind("198.18.1.1".parse().unwrap(), 1);
@@ -175,7 +175,7 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
     let (_f, port) = squatter.open(0).unwrap();
     dev.up().unwrap();
     let e = dev.ipc_set(&format!("listen_port={port}")).unwrap_err();
-    assert_eq!(e.code, IPC_ERROR_PORT_IN_USE);
+    assert_eq!(e.code(), IPC_ERROR_PORT_IN_USE);
     // Processing stopped at the first error, but what came before stayed applied.
     let key = private_key();
     let e = dev
@@ -184,7 +184,7 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
             key.to_hex()
         ))
         .unwrap_err();
-    assert_eq!(e.code, IPC_ERROR_INVALID);
+    assert_eq!(e.code(), IPC_ERROR_INVALID);
     let out = dev.ipc_get().unwrap();
     assert!(out.contains(&format!("private_key={}", key.to_hex())));
     assert!(out.contains("fwmark=7\n"));

@@ -29,6 +29,7 @@ const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
 use vpn_device::clock::{Clock, Counter, CycleClock};
 use vpn_device::sched::Scheduling;
 use vpn_device::{Device, Logger, Options};
+use vpn_ipc::Statistics;
 use vpn_proto::time::Instant;
 use vpn_sys::cycles::{TimeJumps, Tsc};
 use vpn_sys::daemon as sys;
@@ -334,14 +335,13 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
 
 /// The `tun.*` and `bind.*` lines of the `stats=1` reply.
 fn stats_fn(tun: Arc<LinuxTun>, bind: Arc<StdNetBind>) -> StatsFn {
-    Box::new(move |out: &mut String| {
+    Box::new(move |out: &mut Statistics| {
         write_tun_stats(&tun.stats(), tun.offload_enabled(), tun.uso_enabled(), out);
         write_bind_stats(&bind.stats(), bind.offloads(), out);
     })
 }
 
-fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut String) {
-    use std::fmt::Write as _;
+fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut Statistics) {
     let lines: [(&str, u64); 9] = [
         ("offload", u64::from(offload)),
         ("uso", u64::from(uso)),
@@ -353,13 +353,10 @@ fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut String) {
         ("packets_written", s.packets_written),
         ("gro_coalesced", s.gro_coalesced),
     ];
-    for (k, v) in lines {
-        let _ = writeln!(out, "tun.{k}={v}");
-    }
+    out.push_group("tun", lines);
 }
 
-fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mut String) {
-    use std::fmt::Write as _;
+fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mut Statistics) {
     let lines: [(&str, u64); 12] = [
         ("recv_calls", s.recv_calls),
         ("datagrams_received", s.datagrams_received),
@@ -377,17 +374,11 @@ fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mu
             s.connected_datagrams_received,
         ),
     ];
-    for (k, v) in lines {
-        let _ = writeln!(out, "bind.{k}={v}");
-    }
+    out.push_group("bind", lines);
     for (fam, o) in ["v4", "v6"].iter().zip(offloads) {
         if let Some((gso, gro)) = o {
-            let _ = writeln!(
-                out,
-                "bind.{fam}_gso={}\nbind.{fam}_gro={}",
-                u64::from(gso),
-                u64::from(gro)
-            );
+            out.push("bind", &format!("{fam}_gso"), u64::from(gso));
+            out.push("bind", &format!("{fam}_gro"), u64::from(gro));
         }
     }
 }
@@ -410,18 +401,19 @@ mod tests {
 
     #[test]
     fn tun_and_bind_lines() {
-        let mut out = String::new();
+        let mut st = Statistics::new();
         let t = TunStats {
             reads: 3,
             gro_coalesced: 9,
             ..TunStats::default()
         };
-        write_tun_stats(&t, true, false, &mut out);
+        write_tun_stats(&t, true, false, &mut st);
         let b = BindStats {
             gso_messages: 4,
             ..BindStats::default()
         };
-        write_bind_stats(&b, [Some((true, false)), None], &mut out);
+        write_bind_stats(&b, [Some((true, false)), None], &mut st);
+        let out = st.to_string();
         for want in [
             "tun.offload=1\n",
             "tun.uso=0\n",
@@ -435,9 +427,7 @@ mod tests {
             assert!(out.contains(want), "{want} missing in {out}");
         }
         assert!(!out.contains("v6"));
-        assert!(out.lines().all(|l| l
-            .split_once('=')
-            .is_some_and(|(_, v)| v.parse::<u64>().is_ok())));
+        assert_eq!(out.parse::<Statistics>().unwrap(), st, "reads back");
     }
 
     #[test]

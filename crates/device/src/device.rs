@@ -351,14 +351,33 @@ impl Device {
         self.inner.bind_update()
     }
 
-    /// Applies a UAPI `set` body (the lines after `set=1`, up to the blank line).
-    pub fn ipc_set(&self, config: &str) -> Result<(), crate::uapi::IpcError> {
+    /// Applies a typed configuration change in order, stopping at the first error, which is
+    /// returned with its errno ([`IpcError::code`](crate::IpcError::code)); what was applied
+    /// before it stays applied (wireguard-go's `IpcSetOperation`).
+    pub fn configure(&self, change: &vpn_ipc::Change) -> Result<(), crate::IpcError> {
+        crate::uapi::configure(&self.inner, change)
+    }
+
+    /// The configuration and per-peer statistics, typed (what `get` dumps).
+    pub fn state(&self) -> vpn_ipc::DeviceState {
+        crate::uapi::state(&self.inner)
+    }
+
+    /// The pipeline counters as the `device` group of the `stats=1` reply.
+    pub fn statistics(&self) -> vpn_ipc::Statistics {
+        crate::uapi::statistics(&self.inner)
+    }
+
+    /// Applies a UAPI `set` body (the lines after `set=1`, up to the blank line): parsed into a
+    /// [`vpn_ipc::Change`] first, then [`configure`](Self::configure)d; a bad line is reported
+    /// after the lines before it were applied.
+    pub fn ipc_set(&self, config: &str) -> Result<(), crate::IpcError> {
         crate::uapi::ipc_set(&self.inner, config)
     }
 
-    /// The UAPI `get` dump (without the `errno=0` trailer).
-    pub fn ipc_get(&self) -> Result<String, crate::uapi::IpcError> {
-        Ok(crate::uapi::ipc_get(&self.inner))
+    /// The UAPI `get` dump (without the `errno=0` trailer): [`state`](Self::state) rendered.
+    pub fn ipc_get(&self) -> Result<String, crate::IpcError> {
+        Ok(self.state().to_string())
     }
 
     /// Serves one UAPI connection: `set=1` / `get=1` requests until EOF.
