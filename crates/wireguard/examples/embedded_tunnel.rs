@@ -12,9 +12,10 @@
 //! stops. Needs root (or `CAP_NET_ADMIN`) to create the interface; `RUST_LOG=debug` shows the
 //! device's log.
 
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
+use vpn_wireguard::ipc::{Change, PeerChange};
 use vpn_wireguard::{conn, device, keys, tun};
 
 fn main() {
@@ -31,7 +32,7 @@ fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     let ifname = args
         .first()
         .ok_or("usage: embedded_tunnel <ifname> [options]")?;
-    let (uapi, private_key, peers, duration) = configuration(&args[1..])?;
+    let (change, private_key, peers, duration) = configuration(&args[1..])?;
 
     let tun = tun::create_tun(ifname, 1420)?;
     let dev = Arc::new(device::Device::new(
@@ -39,7 +40,7 @@ fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         conn::new_default_bind(),
         device::Logger::new(ifname.as_str()),
     ));
-    dev.ipc_set(&uapi)?;
+    dev.configure(&change)?;
     dev.up()?;
     println!("ready {ifname} {}", private_key.public_key());
 
@@ -69,25 +70,26 @@ fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 type Setup = (
-    String,
+    Change,
     keys::PrivateKey,
     Vec<keys::PublicKey>,
     Option<Duration>,
 );
 
-/// The UAPI `set` text, our key, the peers' keys and the run time, from the arguments.
+/// The configuration change, our key, the peers' keys and the run time, from the arguments.
 fn configuration(args: &[String]) -> Result<Setup, Box<dyn std::error::Error>> {
     let mut it = args.iter();
-    let (mut uapi, mut key, mut peers, mut duration) = (String::new(), None, Vec::new(), None);
+    let (mut change, mut key, mut duration) = (Change::new(), None, None);
+    // The peer the flags after `--peer` configure, until the next `--peer`.
+    let mut peer: Option<PeerChange> = None;
+    let mut peers = Vec::new();
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        if value.contains('\n') {
-            return Err(format!("{flag}: a value is one line").into());
-        }
+        let in_peer = |p: Option<PeerChange>| p.ok_or(format!("{flag} belongs after --peer"));
         match flag.as_str() {
             "--config" => {
                 let file = vpn_config::parse(&std::fs::read_to_string(value)?)?;
-                uapi += &file.to_uapi(|host, port| {
+                change = file.to_change(|host, port| {
                     (host, port).to_socket_addrs()?.next().ok_or_else(|| {
                         std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
                     })
@@ -97,22 +99,32 @@ fn configuration(args: &[String]) -> Result<Setup, Box<dyn std::error::Error>> {
             }
             "--private-key" => {
                 let k = keys::PrivateKey::from_base64(value.trim())?;
-                uapi += &format!("private_key={}\n", k.to_hex());
+                change = change.private_key(k.clone());
                 key = Some(k);
             }
+            "--listen-port" => change = change.listen_port(value.parse()?),
             "--peer" => {
+                if let Some(p) = peer.take() {
+                    change.push_peer(p);
+                }
                 let k = keys::PublicKey::from_base64(value)?;
-                uapi += &format!("public_key={}\n", k.to_hex());
                 peers.push(k);
+                peer = Some(PeerChange::new(k));
             }
-            "--listen-port" => uapi += &format!("listen_port={}\n", value.parse::<u16>()?),
-            "--endpoint" => uapi += &format!("endpoint={value}\n"),
-            "--allowed-ip" => uapi += &format!("allowed_ip={value}\n"),
-            "--keepalive" => uapi += &format!("persistent_keepalive_interval={value}\n"),
+            "--endpoint" => {
+                peer = Some(in_peer(peer)?.endpoint(value.parse::<SocketAddr>()?));
+            }
+            "--allowed-ip" => peer = Some(in_peer(peer)?.allowed_ip(value.parse()?)),
+            "--keepalive" => {
+                peer = Some(in_peer(peer)?.persistent_keepalive_interval(value.parse()?));
+            }
             "--duration" => duration = Some(Duration::from_secs(value.parse()?)),
             other => return Err(format!("unknown option {other}").into()),
         }
     }
+    if let Some(p) = peer {
+        change.push_peer(p);
+    }
     let key = key.ok_or("--config or --private-key is required")?;
-    Ok((uapi, key, peers, duration))
+    Ok((change, key, peers, duration))
 }

@@ -5,7 +5,7 @@
 //! | wireguard-go | here |
 //! |---|---|
 //! | `device.NewDevice(tun, bind, logger)` | [`Device::new`] (and [`Device::with_options`]) |
-//! | `IpcSet(text)` / `IpcGet()` | [`Device::ipc_set`] / [`Device::ipc_get`] |
+//! | `IpcSet(text)` / `IpcGet()` | [`Device::ipc_set`] / [`Device::ipc_get`] (text), [`Device::configure`] / [`Device::state`] (typed, [`crate::ipc`]) |
 //! | `IpcHandle(conn)` | [`Device::ipc_handle`] (one UAPI connection) |
 //! | `Up()` / `Down()` / `Close()` / `Wait()` | [`Device::up`] / [`Device::down`] / [`Device::close`] / [`Device::wait`] |
 //! | `BindUpdate()` | [`Device::bind_update`] |
@@ -32,8 +32,9 @@
 //! let opts = Options::default().with_workers(1).with_receive_pool_bytes(2 << 20);
 //! let dev = Device::with_options(Arc::new(tun), bind.clone(), Logger::new("m0"), opts);
 //!
-//! // Bad input is an error (EINVAL), never a panic.
-//! assert!(dev.ipc_set("listen_port=not-a-port\n").is_err());
+//! // Bad input is an error with wireguard-go's errno, never a panic.
+//! let err = dev.ipc_set("listen_port=not-a-port\n").unwrap_err();
+//! assert_eq!(err.code(), vpn_wireguard::ipc::IPC_ERROR_INVALID);
 //! dev.ipc_set("listen_port=0\n")?;
 //! dev.up()?;
 //! assert!(dev.is_up());

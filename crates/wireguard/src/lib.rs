@@ -8,15 +8,18 @@
 //! - [`conn`]: the UDP side. [`conn::new_default_bind`] is the batched socket bind of the
 //!   platform (`StdNetBind`).
 //! - [`device`]: the WireGuard device between them. [`device::Device::new`] takes a TUN, a bind
-//!   and a [`device::Logger`]; it is configured with [`device::Device::ipc_set`] (the UAPI `set`
-//!   text that `wg` sends), read back with [`device::Device::ipc_get`], and driven with
+//!   and a [`device::Logger`]; it is configured with a typed [`ipc::Change`]
+//!   ([`configure`](device::Device::configure)) or the UAPI text `wg` sends
+//!   ([`ipc_set`](device::Device::ipc_set)), read back typed ([`state`](device::Device::state))
+//!   or as text ([`ipc_get`](device::Device::ipc_get)), and driven with
 //!   [`up`](device::Device::up), [`down`](device::Device::down),
 //!   [`close`](device::Device::close), [`wait`](device::Device::wait),
 //!   [`bind_update`](device::Device::bind_update) and
 //!   [`disable_some_roaming_for_broken_mobile_semantics`](device::Device::disable_some_roaming_for_broken_mobile_semantics).
 //!
-//! [`keys`] makes and parses the Curve25519 keys. Linux and macOS are supported; everything in
-//! this crate is safe code, the system calls live in the crates it re-exports.
+//! [`ipc`] is the typed configuration model and its text form; [`keys`] makes and parses the
+//! Curve25519 keys. Linux and macOS are supported; everything in this crate is safe code, the
+//! system calls live in the crates it re-exports.
 //!
 //! # A tunnel on a real interface
 //!
@@ -26,18 +29,23 @@
 //! runs it against the `vpn` daemon.
 //!
 //! ```no_run
-//! use vpn_wireguard::{conn, device, tun};
+//! use vpn_wireguard::ipc::{Change, PeerChange};
+//! use vpn_wireguard::{conn, device, keys, tun};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let tun = tun::create_tun("wg0", 1420)?;
 //! let bind = conn::new_default_bind();
 //! let dev = device::Device::new(tun, bind, device::Logger::new("wg0"));
-//! dev.ipc_set(
-//!     "private_key=a8dac1d8a70a751f0f699fb14ba1cff7b79cf4fbd8f09f44c6e6a90d0369604f\n\
-//!      listen_port=51820\n\
-//!      public_key=25123c5dcd3328ff645e4f2a3fce0d754400d3887a0cb7c56f0267e20fbf3c5b\n\
-//!      endpoint=198.18.0.2:51820\n\
-//!      allowed_ip=100.64.0.2/32\n",
+//! let peer = keys::PublicKey::from_base64("JRI8Xc0zKP9kXk8qP84NdUQA04h6DLfFbwJn4g+/PFs=")?;
+//! dev.configure(
+//!     &Change::new()
+//!         .private_key(keys::generate_private_key())
+//!         .listen_port(51820)
+//!         .peer(
+//!             PeerChange::new(peer)
+//!                 .endpoint("198.18.0.2:51820".parse::<std::net::SocketAddr>()?)
+//!                 .allowed_ip("100.64.0.2/32".parse()?),
+//!         ),
 //! )?;
 //! dev.up()?;
 //! dev.wait(); // until another thread calls dev.close()
@@ -54,6 +62,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
+//! use vpn_wireguard::ipc::{Change, PeerChange};
 //! use vpn_wireguard::{conn, device::{Device, Logger}, keys, tun::memory::MemoryTun};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -63,17 +72,19 @@
 //! let a = Device::new(Arc::new(tun_a), conn::new_default_bind(), Logger::new("a"));
 //! let b = Device::new(Arc::new(tun_b), conn::new_default_bind(), Logger::new("b"));
 //!
-//! // Keys and a port the system picks; `up` opens the sockets.
+//! // Keys and a port the system picks (0); `up` opens the sockets.
 //! for (dev, key) in [(&a, &key_a), (&b, &key_b)] {
-//!     dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))?;
+//!     dev.configure(&Change::new().private_key(key.clone()).listen_port(0))?;
 //!     dev.up()?;
 //! }
 //! // Each side knows the other's public key, tunnel address and (for A) where B listens.
-//! a.ipc_set(&format!(
-//!     "public_key={}\nendpoint=127.0.0.1:{}\nallowed_ip=100.64.0.2/32\n",
-//!     key_b.public_key().to_hex(),
-//!     b.listen_port()
+//! let b_addr = std::net::SocketAddr::from(([127, 0, 0, 1], b.listen_port()));
+//! a.configure(&Change::new().peer(
+//!     PeerChange::new(key_b.public_key())
+//!         .endpoint(b_addr)
+//!         .allowed_ip("100.64.0.2/32".parse()?),
 //! ))?;
+//! // The same in the UAPI text `wg` speaks (keys in hex there).
 //! b.ipc_set(&format!(
 //!     "public_key={}\nallowed_ip=100.64.0.1/32\n",
 //!     key_a.public_key().to_hex()
@@ -90,7 +101,9 @@
 //! assert!(os_b.inject(reply.clone()));
 //! assert_eq!(os_a.recv(Duration::from_secs(10)), Some(reply));
 //!
-//! // The UAPI `get` dump, as `wg show` reads it.
+//! // The state, typed (`ipc_get` gives the same as the text `wg show` reads).
+//! let state = a.state();
+//! assert!(state.peers[0].last_handshake_time.is_some() && state.peers[0].rx_bytes > 0);
 //! assert!(a.ipc_get()?.contains("last_handshake_time_sec="));
 //! a.close();
 //! b.close();
@@ -130,5 +143,6 @@
 
 pub mod conn;
 pub mod device;
+pub mod ipc;
 pub mod keys;
 pub mod tun;
