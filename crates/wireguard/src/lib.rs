@@ -146,3 +146,8 @@ pub mod device;
 pub mod ipc;
 pub mod keys;
 pub mod tun;
+
+/// The README's Rust snippet, compiled by the doc tests so that it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}
