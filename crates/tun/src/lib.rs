@@ -7,11 +7,14 @@
 
 #![warn(missing_docs)]
 
+pub mod darwin;
 #[cfg(target_os = "linux")]
 mod linux;
 pub mod memory;
 pub mod offload;
 
+#[cfg(target_os = "macos")]
+pub use darwin::DarwinTun;
 #[cfg(target_os = "linux")]
 pub use linux::{LinuxTun, TunStats};
 

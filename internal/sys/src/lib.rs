@@ -8,7 +8,8 @@
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
-//! The crate is empty on other targets.
+//! On Apple targets, [`darwin`] holds the macOS data plane's calls (utun, routing socket,
+//! interface ioctls, the clock that counts sleep). The crate is empty on other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -19,6 +20,8 @@ pub mod cmsg;
 pub mod cycles;
 #[cfg(target_os = "linux")]
 pub mod daemon;
+#[cfg(target_vendor = "apple")]
+pub mod darwin;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
 #[cfg(target_os = "linux")]
