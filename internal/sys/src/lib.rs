@@ -4,12 +4,14 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]) and the data-path threads' scheduling policy ([`sched`]). Every `unsafe` block
+//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting on a
+//! non-blocking socket ([`poll`], every Unix). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
 //! On Apple targets, [`darwin`] holds the macOS data plane's calls (utun, routing socket,
-//! interface ioctls, the clock that counts sleep). The crate is empty on other targets.
+//! interface ioctls, the clock that counts sleep). Apart from [`poll`], the crate is empty on
+//! other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -24,6 +26,8 @@ pub mod daemon;
 pub mod darwin;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
+#[cfg(unix)]
+pub mod poll;
 #[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]

@@ -15,52 +15,48 @@
 //! (see [`connected`]); its readers are handed to the device through the
 //! [`ReceiveFuncStarter`](crate::ReceiveFuncStarter) installed before `open`.
 
-pub mod connected;
 mod listen;
 mod recv;
-mod segments;
-mod send;
-mod stats;
+pub(crate) mod segments;
+pub(crate) mod send;
 #[cfg(test)]
 mod tests;
-
-pub use connected::{ConnectedConfig, ConnectedSockets, ConnectedStats};
-pub use stats::BindStats;
 
 use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use socket2::Socket;
 use vpn_sys::cmsg::PktInfo;
 use vpn_sys::mmsg::{self, MsgPlan, SendBatch};
 
+use crate::connected::{self, canonical, ConnectedOptions, ConnectedSockets};
+use crate::stats::{BindStats, Stats};
 use crate::{
     err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, ReceiveFuncStarter,
     IDEAL_BATCH_SIZE,
 };
 use recv::Reader;
 use send::{send_all, Sent, MAX_V4_PAYLOAD, MAX_V6_PAYLOAD};
-use stats::Stats;
 
-/// One address family's socket, shared by the bind and that family's reader.
-struct Family {
+/// One address family's socket, shared by the bind and that family's reader (and the socket
+/// of a connected pair).
+pub(crate) struct Family {
     /// `None` once closed. Readers and senders hold the read lock during their syscall.
-    sock: RwLock<Option<Socket>>,
-    closed: AtomicBool,
-    v6: bool,
+    pub(crate) sock: RwLock<Option<Socket>>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) v6: bool,
     /// UDP GSO usable; cleared for good on EIO.
-    gso: AtomicBool,
+    pub(crate) gso: AtomicBool,
     /// UDP GRO confirmed on the socket.
-    gro: bool,
+    pub(crate) gro: bool,
 }
 
 impl Family {
-    fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
 
@@ -82,7 +78,7 @@ impl Family {
         }
     }
 
-    fn send_batch<F>(
+    pub(crate) fn send_batch<F>(
         &self,
         pool: &Mutex<Vec<SendScratch>>,
         bufs: &[&[u8]],
@@ -137,7 +133,7 @@ impl Family {
     }
 
     /// Wakes and stops the reader, then closes the descriptor.
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         if let Some(s) = self.sock.read().as_ref() {
             // ENOTCONN on an unconnected UDP socket is expected: the kernel still marks it
@@ -158,68 +154,16 @@ struct State {
 }
 
 /// Per-send arrays, pooled so concurrent senders neither allocate nor serialise.
-struct SendScratch {
+pub(crate) struct SendScratch {
     batch: SendBatch,
     plans: Vec<MsgPlan>,
 }
 
 impl SendScratch {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         SendScratch {
             batch: SendBatch::new(IDEAL_BATCH_SIZE),
             plans: Vec::with_capacity(IDEAL_BATCH_SIZE),
-        }
-    }
-}
-
-/// Whether and how a [`StdNetBind`] uses connected sockets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectedOptions {
-    /// Connected sockets on.
-    pub enabled: bool,
-    /// Bytes (sent + received within one idle interval) before a pair gets a socket.
-    pub open_after: u64,
-    /// Most pair sockets at once.
-    pub max_sockets: usize,
-    /// Largest datagram expected (sizes the first receive slots; 0: smallest).
-    pub max_datagram: usize,
-    /// Idle-check period.
-    pub idle_interval: Duration,
-}
-
-impl Default for ConnectedOptions {
-    fn default() -> Self {
-        ConnectedOptions {
-            enabled: false,
-            open_after: connected::DEFAULT_OPEN_AFTER,
-            max_sockets: connected::DEFAULT_MAX_SOCKETS,
-            max_datagram: 0,
-            idle_interval: connected::DEFAULT_IDLE_INTERVAL,
-        }
-    }
-}
-
-impl ConnectedOptions {
-    /// From the environment, for daemons: `VPN_CONNECTED_SOCKETS=1` turns them on;
-    /// `VPN_CONNECTED_OPEN_AFTER` (bytes), `VPN_CONNECTED_MAX_SOCKETS` and
-    /// `VPN_CONNECTED_IDLE_MS` override the defaults (tests use a short idle interval).
-    pub fn from_env() -> Self {
-        Self::from_vars(|k| std::env::var(k).ok())
-    }
-
-    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
-        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
-        let d = Self::default();
-        ConnectedOptions {
-            enabled: get("VPN_CONNECTED_SOCKETS").is_some_and(|v| v.trim() == "1"),
-            open_after: num("VPN_CONNECTED_OPEN_AFTER").unwrap_or(d.open_after),
-            max_sockets: num("VPN_CONNECTED_MAX_SOCKETS")
-                .and_then(|v| usize::try_from(v).ok())
-                .unwrap_or(d.max_sockets),
-            max_datagram: d.max_datagram,
-            idle_interval: num("VPN_CONNECTED_IDLE_MS")
-                .filter(|&ms| ms > 0)
-                .map_or(d.idle_interval, Duration::from_millis),
         }
     }
 }
@@ -297,22 +241,13 @@ impl StdNetBind {
         }
         let starter = self.starter.lock().clone()?;
         let mark = self.mark.clone();
-        let o = self.connected_opts;
-        let mut cfg = ConnectedConfig::new(
-            port,
-            Arc::new(move |f, buf, batch| starter.start(f, buf, batch)),
-        );
-        cfg.control = Some(Arc::new(move |s: &Socket| {
-            match mark.load(Ordering::Relaxed) {
-                0 => Ok(()),
-                m => s.set_mark(m),
-            }
-        }));
-        cfg.max_sockets = o.max_sockets;
-        cfg.max_datagram = o.max_datagram;
-        cfg.open_after = o.open_after;
-        cfg.idle_interval = o.idle_interval;
-        cfg.offload = self.offload;
+        let control = Arc::new(move |s: &Socket| match mark.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            m => s.set_mark(m),
+        });
+        let cfg = self
+            .connected_opts
+            .config(port, starter, control, self.offload);
         Some(Arc::new(ConnectedSockets::with_counters(
             cfg,
             self.connected_counters.clone(),
@@ -347,17 +282,6 @@ impl StdNetBind {
         let fam = if v6 { st.v6.as_ref() } else { st.v4.as_ref() }?;
         let guard = fam.sock.read();
         guard.as_ref().map(f)
-    }
-}
-
-/// A v4-mapped IPv6 destination goes out of the IPv4 socket (the v6 one is v6-only).
-fn canonical(dst: SocketAddr) -> SocketAddr {
-    match dst {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::from((v4, v6.port())),
-            None => dst,
-        },
-        v4 => v4,
     }
 }
 
