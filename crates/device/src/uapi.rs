@@ -1,10 +1,11 @@
 //! Applying a typed configuration change and reading the device's state: the device's half
 //! of the UAPI protocol. The text is parsed and rendered by `vpn-ipc`, never here.
 //!
-//! [`configure`] applies a [`Change`] in order and stops at the first error; what was applied
-//! before stays applied, and the device stays usable (wireguard-go's `IpcSetOperation`).
-//! [`ipc_set`] parses the text first, without any device lock, applies what parsed, then
-//! reports the parse error if there was one: the same result as applying line by line.
+//! `Device::configure` applies a [`Change`] in order and stops at the first error; what was
+//! applied before stays applied, and the device stays usable (wireguard-go's
+//! `IpcSetOperation`). `Device::ipc_set` parses the text first, without any device lock,
+//! applies what parsed, then reports the parse error if there was one: the same result as
+//! applying line by line.
 
 use crate::peer::{Peer, PeerRef};
 use crate::DeviceInner;
