@@ -1,10 +1,11 @@
 //! Applying a typed configuration change and reading the device's state: the device's half
 //! of the UAPI protocol. The text is parsed and rendered by `vpn-ipc`, never here.
 //!
-//! [`configure`] applies a [`Change`] in order and stops at the first error; what was applied
-//! before stays applied, and the device stays usable (wireguard-go's `IpcSetOperation`).
-//! [`ipc_set`] parses the text first, without any device lock, applies what parsed, then
-//! reports the parse error if there was one: the same result as applying line by line.
+//! `Device::configure` applies a [`Change`] in order and stops at the first error; what was
+//! applied before stays applied, and the device stays usable (wireguard-go's
+//! `IpcSetOperation`). `Device::ipc_set` parses the text first, without any device lock,
+//! applies what parsed, then reports the parse error if there was one: the same result as
+//! applying line by line.
 
 use crate::peer::{Peer, PeerRef};
 use crate::DeviceInner;
@@ -287,8 +288,12 @@ pub(crate) fn state(dev: &Arc<DeviceInner>) -> DeviceState {
 
 /// The device's pipeline counters as the `device` group.
 pub(crate) fn statistics(dev: &DeviceInner) -> Statistics {
+    device_group(&dev.stats.snapshot())
+}
+
+fn device_group(s: &crate::Stats) -> Statistics {
     let mut st = Statistics::new();
-    st.push_group("device", dev.stats.snapshot().fields());
+    st.push_group("device", s.fields());
     st
 }
 
@@ -315,4 +320,37 @@ pub(crate) fn handle<R: BufRead, W: Write>(
         tracing::error!(device = %dev.name, "invalid UAPI operation: {op:?}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Stats;
+
+    /// Every field of `Stats` (as its `Debug` output names them) is a `device.` counter, so a
+    /// counter added to the device cannot silently go missing from `vpn show`.
+    #[test]
+    fn every_counter_is_a_device_statistic() {
+        let s = Stats {
+            drop_replay: 7,
+            ..Stats::default()
+        };
+        let st = device_group(&s);
+        assert_eq!(st.get("device.drop_replay"), Some(7));
+        let dbg = format!("{s:?}");
+        let inner = dbg.trim_start_matches("Stats {").trim_end_matches('}');
+        let names: Vec<&str> = inner
+            .split(',')
+            .filter_map(|f| f.split(':').next())
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        for name in &names {
+            assert!(
+                st.get(&format!("device.{name}")).is_some(),
+                "{name} missing"
+            );
+        }
+        assert_eq!(st.iter().count(), names.len());
+    }
 }

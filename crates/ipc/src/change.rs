@@ -14,11 +14,12 @@ use vpn_proto::keys::{PresharedKey, PrivateKey, PublicKey};
 ///
 /// A `set` keeps the text as written (`Bind::parse_endpoint` decides what it means, as in
 /// wireguard-go); a `get` dump yields an address when the text is one. Text never holds a line
-/// break, so a rendered change always parses back to itself.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// break, so a rendered change always parses back to itself. Two endpoints are equal when
+/// their UAPI text is: an address and the same address written as text are one endpoint.
+#[derive(Clone, Debug)]
 pub struct Endpoint(EndpointRepr);
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 enum EndpointRepr {
     Addr(SocketAddr),
     Text(String),
@@ -56,6 +57,20 @@ impl Endpoint {
             Ok(a) => Ok(Endpoint::from(a)),
             Err(_) => Endpoint::text(text),
         }
+    }
+}
+
+impl PartialEq for Endpoint {
+    fn eq(&self, other: &Endpoint) -> bool {
+        self.to_text() == other.to_text()
+    }
+}
+
+impl Eq for Endpoint {}
+
+impl std::hash::Hash for Endpoint {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.to_text().hash(state);
     }
 }
 

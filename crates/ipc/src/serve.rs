@@ -129,3 +129,87 @@ where
         w.flush()?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::io::Cursor;
+
+    /// Records `set` bodies; `get` answers a fixed dump; `stats` is the one extra operation.
+    #[derive(Default)]
+    struct Fake {
+        sets: RefCell<Vec<String>>,
+    }
+
+    impl Handler for Fake {
+        fn set(&self, body: &str) -> Result<(), IpcError> {
+            self.sets.borrow_mut().push(body.to_owned());
+            body.parse::<crate::Change>().map(|_| ())
+        }
+        fn get(&self) -> Result<String, IpcError> {
+            Ok("listen_port=1\n".into())
+        }
+        fn has_operation(&self, op: &str) -> bool {
+            op == "stats"
+        }
+        fn other(&self, _op: &str) -> Result<String, IpcError> {
+            Ok("device.x=1\n".into())
+        }
+    }
+
+    fn run(h: &Fake, input: &[u8]) -> (String, io::Result<Ended>) {
+        let mut out = Vec::new();
+        let ended = serve(h, &mut Cursor::new(input.to_vec()), &mut out);
+        (String::from_utf8(out).unwrap(), ended)
+    }
+
+    #[test]
+    fn requests_on_one_connection_get_errno_replies() {
+        let h = Fake::default();
+        let (out, ended) = run(
+            &h,
+            b"set=1\nfwmark=3\n\nget=1\n\nset=1\nbad\n\nstats=1\n\nget=1\nextra\n",
+        );
+        assert_eq!(
+            out,
+            format!(
+                "errno=0\n\nlisten_port=1\nerrno=0\n\nerrno={IPC_ERROR_PROTOCOL}\n\n\
+                 device.x=1\nerrno=0\n\nerrno={IPC_ERROR_PROTOCOL}\n\n"
+            )
+        );
+        assert_eq!(ended.unwrap(), Ended::Eof);
+        assert_eq!(*h.sets.borrow(), ["fwmark=3\n", "bad\n"]);
+    }
+
+    #[test]
+    fn unknown_operation_ends_the_connection_without_a_reply() {
+        for req in [
+            &b"bogus=1\n\nget=1\n\n"[..],
+            b"get=2\n\n",
+            b"get\n\n",
+            b"a=b=1\n\n",
+        ] {
+            let (out, ended) = run(&Fake::default(), req);
+            assert!(out.is_empty(), "{out:?}");
+            assert!(matches!(ended.unwrap(), Ended::UnknownOperation(_)));
+        }
+    }
+
+    #[test]
+    fn set_cut_short_by_eof_is_applied_without_a_reply() {
+        let h = Fake::default();
+        let (out, ended) = run(&h, b"set=1\nfwmark=3\n");
+        assert!(out.is_empty());
+        assert_eq!(ended.unwrap(), Ended::Eof);
+        assert_eq!(*h.sets.borrow(), ["fwmark=3\n"]);
+    }
+
+    #[test]
+    fn overlong_line_is_an_error() {
+        let mut req = b"set=1\nprivate_key=".to_vec();
+        req.extend(std::iter::repeat_n(b'a', MAX_LINE as usize + 10));
+        let (_, ended) = run(&Fake::default(), &req);
+        assert_eq!(ended.unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+}

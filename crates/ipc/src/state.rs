@@ -198,3 +198,109 @@ fn peer_key(p: &mut PeerState, key: &str, value: &str) -> Result<(), IpcError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{IPC_ERROR_INVALID, IPC_ERROR_PROTOCOL};
+    use std::net::SocketAddr;
+
+    fn peer(n: u8) -> PeerState {
+        PeerState::new(PublicKey::from_bytes([n; 32]))
+    }
+
+    #[test]
+    fn get_dump_has_the_keys_in_wg_order() {
+        let key = PrivateKey::from_bytes([9; 32]);
+        let mut st = DeviceState::new();
+        st.private_key = Some(key.clone());
+        st.listen_port = 51820;
+        st.fwmark = 0;
+        let mut a = peer(1);
+        a.preshared_key = PresharedKey::from_bytes([2; 32]);
+        a.endpoint = Some(SocketAddr::from(([0xfd00, 0, 0, 0, 0, 0, 0, 9], 51821)).into());
+        a.last_handshake_time = Some(Duration::new(937, 5));
+        a.tx_bytes = 92;
+        a.rx_bytes = 148;
+        a.persistent_keepalive_interval = 25;
+        a.allowed_ips = vec![
+            "100.64.0.2/32".parse().unwrap(),
+            "fd00::/8".parse().unwrap(),
+        ];
+        st.peers = vec![a, peer(3)];
+        let want = format!(
+            "private_key={}\nlisten_port=51820\n\
+             public_key={}\npreshared_key={}\nprotocol_version=1\nendpoint=[fd00::9]:51821\n\
+             last_handshake_time_sec=937\nlast_handshake_time_nsec=5\ntx_bytes=92\nrx_bytes=148\n\
+             persistent_keepalive_interval=25\nallowed_ip=100.64.0.2/32\nallowed_ip=fd00::/8\n\
+             public_key={}\npreshared_key={}\nprotocol_version=1\n\
+             last_handshake_time_sec=0\nlast_handshake_time_nsec=0\ntx_bytes=0\nrx_bytes=0\n\
+             persistent_keepalive_interval=0\n",
+            key.to_hex(),
+            "01".repeat(32),
+            "02".repeat(32),
+            "03".repeat(32),
+            "00".repeat(32),
+        );
+        assert_eq!(st.to_string(), want);
+        assert_eq!(want.parse::<DeviceState>().unwrap(), st);
+        // Nothing set: nothing dumped.
+        assert_eq!(DeviceState::new().to_string(), "");
+    }
+
+    #[test]
+    fn get_parse_skips_unknown_keys_and_refuses_bad_values() {
+        let dump = format!(
+            "listen_port=1\nfuture_key=x\npublic_key={}\nendpoint=peer.example:1\nlast_handshake_time_nsec=7\nfuture=y\n",
+            "05".repeat(32)
+        );
+        let st: DeviceState = dump.parse().unwrap();
+        assert_eq!(st.listen_port, 1);
+        let p = &st.peers[0];
+        assert_eq!(p.endpoint.as_ref().unwrap().addr(), None);
+        assert_eq!(p.endpoint.as_ref().unwrap().to_text(), "peer.example:1");
+        assert_eq!(p.last_handshake_time, Some(Duration::new(0, 7)));
+        let pk = format!("public_key={}\n", "05".repeat(32));
+        for (bad, code) in [
+            ("no equals\n".to_owned(), IPC_ERROR_PROTOCOL),
+            ("private_key=zz\n".to_owned(), IPC_ERROR_INVALID),
+            ("listen_port=70000\n".to_owned(), IPC_ERROR_INVALID),
+            ("public_key=1\n".to_owned(), IPC_ERROR_INVALID),
+            (format!("{pk}rx_bytes=-1\n"), IPC_ERROR_INVALID),
+            (
+                format!("{pk}last_handshake_time_nsec=1000000000\n"),
+                IPC_ERROR_INVALID,
+            ),
+            (
+                format!("{pk}last_handshake_time_sec=18446744073709551616\n"),
+                IPC_ERROR_INVALID,
+            ),
+            (format!("{pk}allowed_ip=10.0.0.0/40\n"), IPC_ERROR_INVALID),
+        ] {
+            let e = bad.parse::<DeviceState>().expect_err(&bad);
+            assert_eq!(e.code(), code, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn zero_handshake_time_is_never() {
+        let dump = format!(
+            "public_key={}\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\n",
+            "05".repeat(32)
+        );
+        let st: DeviceState = dump.parse().unwrap();
+        assert_eq!(st.peers[0].last_handshake_time, None);
+        let dump = dump.replace("sec=0\n", "sec=u64::MAX\n");
+        assert!(dump.parse::<DeviceState>().is_err());
+        let max = format!(
+            "public_key={}\nlast_handshake_time_sec={}\nlast_handshake_time_nsec=999999999\n",
+            "05".repeat(32),
+            u64::MAX
+        );
+        let st: DeviceState = max.parse().unwrap();
+        assert_eq!(
+            st.peers[0].last_handshake_time,
+            Some(Duration::new(u64::MAX, 999_999_999))
+        );
+    }
+}

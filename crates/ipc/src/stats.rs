@@ -96,3 +96,50 @@ impl FromStr for Statistics {
         Ok(st)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{IPC_ERROR_INVALID, IPC_ERROR_PROTOCOL};
+
+    #[test]
+    fn counters_render_as_group_dot_name_lines_in_order() {
+        let mut st = Statistics::new();
+        st.push_group("device", [("tun_reads", 3), ("drop_replay", 7)]);
+        assert!(st.push("bind", "v4_gso", 1));
+        assert_eq!(
+            st.to_string(),
+            "device.tun_reads=3\ndevice.drop_replay=7\nbind.v4_gso=1\n"
+        );
+        assert_eq!(st.get("device.drop_replay"), Some(7));
+        assert_eq!(st.get("device.nothing"), None);
+        assert_eq!(st.to_string().parse::<Statistics>().unwrap(), st);
+    }
+
+    #[test]
+    fn names_that_would_not_read_back_are_refused() {
+        let mut st = Statistics::new();
+        for (g, n) in [
+            ("", "x"),
+            ("a", ""),
+            ("a.b", "c"),
+            ("a", "b=c"),
+            ("a", "b\nc=1"),
+        ] {
+            assert!(!st.push(g, n, 1), "{g:?} {n:?}");
+        }
+        assert!(st.is_empty());
+    }
+
+    #[test]
+    fn bad_stats_lines_are_errors() {
+        for (bad, code) in [
+            ("not a line", IPC_ERROR_PROTOCOL),
+            ("device.x=-1", IPC_ERROR_INVALID),
+            ("device.x=y", IPC_ERROR_INVALID),
+            ("nodot=1", IPC_ERROR_INVALID),
+        ] {
+            assert_eq!(bad.parse::<Statistics>().unwrap_err().code(), code, "{bad}");
+        }
+    }
+}
