@@ -26,10 +26,11 @@ use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
 /// Extra receive-pool bytes with connected sockets on: room for 16 pair readers, each of which
 /// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
 const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
-use vpn_device::clock::{Clock, Counter, CycleClock, SuspendAwareClock};
+use vpn_device::clock::{Clock, Counter, CycleClock};
 use vpn_device::sched::Scheduling;
 use vpn_device::{Device, Logger, Options};
 use vpn_ipc::Statistics;
+use vpn_proto::time::Instant;
 use vpn_sys::cycles::{TimeJumps, Tsc};
 use vpn_sys::daemon as sys;
 use vpn_tun::{Device as _, LinuxTun, TunStats};
@@ -39,6 +40,19 @@ use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
 const DEFAULT_MTU: u32 = 1420;
 /// The environment variable naming the child's readiness fd.
 const READY_FD_ENV: &str = "VPN_DAEMON_READY_FD";
+
+/// A suspend-aware clock: CLOCK_BOOTTIME counts time spent asleep, so the 120/180/540 s key
+/// timers expire on time after a laptop resumes (CLOCK_MONOTONIC would stretch them).
+pub struct BootTimeClock;
+
+impl Clock for BootTimeClock {
+    fn now(&self) -> Instant {
+        // A day ahead, as the device's default clock does, so that "long ago" (zero) is long
+        // ago even on a machine that booted a minute ago.
+        let d = sys::boottime() + Duration::from_secs(86_400);
+        Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
 
 /// The daemon's clock: CLOCK_BOOTTIME, interpolated with the TSC where the kernel keeps time
 /// with it (a lone packet then reads no kernel page for the time; `vpn_device::clock::CycleClock`).
@@ -50,23 +64,23 @@ const READY_FD_ENV: &str = "VPN_DAEMON_READY_FD";
 fn daemon_clock() -> Arc<dyn Clock> {
     let wanted = std::env::var("VPN_CYCLE_CLOCK").map_or(true, |v| v != "0");
     let Some(tsc) = Tsc::detect().filter(|_| wanted) else {
-        return Arc::new(SuspendAwareClock);
+        return Arc::new(BootTimeClock);
     };
     let jumps = match TimeJumps::new(Duration::from_secs(60)) {
         Ok(j) => j,
         Err(e) => {
             tracing::info!("clock: no time-jump watch ({e}); reading CLOCK_BOOTTIME every time");
-            return Arc::new(SuspendAwareClock);
+            return Arc::new(BootTimeClock);
         }
     };
-    let clock = Arc::new(CycleClock::new(SuspendAwareClock, TscCounter(tsc)));
+    let clock = Arc::new(CycleClock::new(BootTimeClock, TscCounter(tsc)));
     let weak = Arc::downgrade(&clock);
     let spawned = std::thread::Builder::new()
         .name("clock-jumps".into())
         .spawn(move || watch_time_jumps(&jumps, &weak));
     if let Err(e) = spawned {
         tracing::info!("clock: no time-jump watch ({e}); reading CLOCK_BOOTTIME every time");
-        return Arc::new(SuspendAwareClock);
+        return Arc::new(BootTimeClock);
     }
     clock
 }
@@ -85,7 +99,7 @@ impl Scheduling for SchedBatch {
 /// is gone (checked every period) or the watch fails (the clock then stops interpolating).
 fn watch_time_jumps(
     jumps: &TimeJumps,
-    clock: &std::sync::Weak<CycleClock<SuspendAwareClock, TscCounter>>,
+    clock: &std::sync::Weak<CycleClock<BootTimeClock, TscCounter>>,
 ) {
     loop {
         let jumped = jumps.wait();
@@ -374,6 +388,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn boottime_clock_is_monotonic_and_far_from_zero() {
+        let a = BootTimeClock.now();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = BootTimeClock.now();
+        assert!(b.as_nanos() >= a.as_nanos() + 2_000_000);
+        assert!(
+            a.as_nanos() >= 86_400 * 1_000_000_000,
+            "zero is a day in the past"
+        );
+    }
+
+    #[test]
     fn tun_and_bind_lines() {
         let mut st = Statistics::new();
         let t = TunStats {
@@ -418,7 +444,7 @@ mod tests {
         let Some(tsc) = Tsc::detect() else {
             return;
         };
-        let clock = Arc::new(CycleClock::new(SuspendAwareClock, TscCounter(tsc)));
+        let clock = Arc::new(CycleClock::new(BootTimeClock, TscCounter(tsc)));
         let calibrate = || {
             // Two agreeing one-second intervals, three refreshes: 6.7 s for the whole test,
             // idle or beside three busy loops. Before a refresh read again after an
@@ -435,9 +461,9 @@ mod tests {
         };
         calibrate();
         for _ in 0..50 {
-            let before = SuspendAwareClock.now();
+            let before = BootTimeClock.now();
             let t = clock.now();
-            let after = SuspendAwareClock.now();
+            let after = BootTimeClock.now();
             // Within the clock's tolerance of the readings around it.
             assert!(
                 t.as_nanos() + 1_000_000 >= before.as_nanos()

@@ -1,11 +1,10 @@
 //! Clocks: where the device gets the time.
 //!
 //! The protocol's timers (rekey after 120 s, reject after 180 s, zero keys after 540 s) must count
-//! time the machine spends asleep, or keys outlive their limits across a suspend. A device's
-//! default clock is [`SuspendAwareClock`] (CLOCK_BOOTTIME on Linux, `mach_continuous_time` on
-//! Apple targets); the daemon interpolates it with the TSC ([`CycleClock`]);
-//! [`MonotonicClock`] is std's `Instant`, which stops during sleep. Tests use [`FakeClock`] and
-//! drive every timer in microseconds.
+//! time the machine spends asleep, or keys outlive their limits across a suspend. The device
+//! takes its clock from the embedder: the Linux binaries pass a CLOCK_BOOTTIME clock, darwin
+//! `mach_continuous_time`; [`MonotonicClock`] (std's `Instant`) is the portable default. Tests use
+//! [`FakeClock`] and drive every timer in microseconds.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,40 +35,7 @@ pub trait Clock: Send + Sync + 'static {
     fn refresh(&self) {}
 }
 
-/// The default clock of a device: time since boot *including* time spent asleep, so the key
-/// timers expire on time after a laptop or phone resumes (WireGuardKit patches Go's runtime for
-/// the same reason). Linux: `CLOCK_BOOTTIME`; Apple targets: `mach_continuous_time`; other
-/// targets: std's `Instant` (which may stop during sleep).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SuspendAwareClock;
-
-impl Clock for SuspendAwareClock {
-    fn now(&self) -> Instant {
-        // A day ahead, as every clock here is, so that "long ago" (zero) is long ago even on a
-        // machine that booted a minute ago.
-        let d = since_boot() + Duration::from_secs(86_400);
-        Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn since_boot() -> Duration {
-    vpn_sys::daemon::boottime()
-}
-
-#[cfg(target_vendor = "apple")]
-fn since_boot() -> Duration {
-    Duration::from_nanos(vpn_sys::darwin::clock::continuous_time_nanos())
-}
-
-#[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
-fn since_boot() -> Duration {
-    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    ORIGIN.get_or_init(std::time::Instant::now).elapsed()
-}
-
-/// std's monotonic clock (CLOCK_MONOTONIC on Linux, `mach_absolute_time` on darwin: neither
-/// counts suspend).
+/// std's monotonic clock (CLOCK_MONOTONIC on Linux: does not count suspend).
 pub struct MonotonicClock {
     origin: std::time::Instant,
 }
@@ -449,18 +415,6 @@ impl<C: Clock, K: Counter> Clock for CycleClock<C, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suspend_aware_clock_moves_forward_and_starts_a_day_from_zero() {
-        let a = SuspendAwareClock.now();
-        std::thread::sleep(Duration::from_millis(2));
-        let b = SuspendAwareClock.now();
-        assert!(b.as_nanos() >= a.as_nanos() + 2_000_000);
-        assert!(
-            a.as_nanos() >= 86_400 * 1_000_000_000,
-            "zero is a day in the past"
-        );
-    }
     use std::sync::atomic::AtomicU32;
 
     /// A fake clock and a counter at 2 cycles per nanosecond moving together.

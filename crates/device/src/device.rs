@@ -8,7 +8,7 @@
 
 use crate::allowedips::AllowedIps;
 use crate::batch::Container;
-use crate::clock::{Clock, SuspendAwareClock};
+use crate::clock::{Clock, MonotonicClock};
 use crate::index::IndexTable;
 use crate::keypair::DevKeypair;
 use crate::peer::{Peer, PeerRef};
@@ -50,7 +50,7 @@ pub const DEFAULT_SEND_POOL_BYTES: usize = 32 << 20;
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct Options {
-    /// The clock (default [`SuspendAwareClock`]: counts time asleep).
+    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production.
     pub clock: Arc<dyn Clock>,
     /// Crypto worker threads (0: one per available core).
     pub workers: usize,
@@ -70,7 +70,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            clock: Arc::new(SuspendAwareClock),
+            clock: Arc::new(MonotonicClock::default()),
             workers: 0,
             receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
             send_pool_bytes: DEFAULT_SEND_POOL_BYTES,
@@ -81,8 +81,7 @@ impl Default for Options {
 }
 
 impl Options {
-    /// The clock (default [`SuspendAwareClock`]); tests pass a
-    /// [`FakeClock`](crate::clock::FakeClock).
+    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
