@@ -26,11 +26,10 @@ use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
 /// Extra receive-pool bytes with connected sockets on: room for 16 pair readers, each of which
 /// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
 const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
-use vpn_device::clock::{Clock, Counter, CycleClock};
+use vpn_device::clock::{BootTimeClock, Clock, Counter, CycleClock};
 use vpn_device::sched::Scheduling;
 use vpn_device::{Device, Logger, Options};
 use vpn_ipc::Statistics;
-use vpn_proto::time::Instant;
 use vpn_sys::cycles::{TimeJumps, Tsc};
 use vpn_sys::daemon as sys;
 use vpn_tun::{Device as _, LinuxTun, TunStats};
@@ -40,19 +39,6 @@ use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
 const DEFAULT_MTU: u32 = 1420;
 /// The environment variable naming the child's readiness fd.
 const READY_FD_ENV: &str = "VPN_DAEMON_READY_FD";
-
-/// A suspend-aware clock: CLOCK_BOOTTIME counts time spent asleep, so the 120/180/540 s key
-/// timers expire on time after a laptop resumes (CLOCK_MONOTONIC would stretch them).
-pub struct BootTimeClock;
-
-impl Clock for BootTimeClock {
-    fn now(&self) -> Instant {
-        // A day ahead, as the device's default clock does, so that "long ago" (zero) is long
-        // ago even on a machine that booted a minute ago.
-        let d = sys::boottime() + Duration::from_secs(86_400);
-        Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-}
 
 /// The daemon's clock: CLOCK_BOOTTIME, interpolated with the TSC where the kernel keeps time
 /// with it (a lone packet then reads no kernel page for the time; `vpn_device::clock::CycleClock`).
@@ -386,18 +372,6 @@ fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn boottime_clock_is_monotonic_and_far_from_zero() {
-        let a = BootTimeClock.now();
-        std::thread::sleep(Duration::from_millis(2));
-        let b = BootTimeClock.now();
-        assert!(b.as_nanos() >= a.as_nanos() + 2_000_000);
-        assert!(
-            a.as_nanos() >= 86_400 * 1_000_000_000,
-            "zero is a day in the past"
-        );
-    }
 
     #[test]
     fn tun_and_bind_lines() {
