@@ -42,7 +42,6 @@ fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     ));
     dev.configure(&change)?;
     dev.up()?;
-    println!("ready {ifname} {}", private_key.public_key());
 
     // Ctrl-C and SIGTERM close the device, and so does the timer; `wait` returns then.
     let on_signal = dev.clone();
@@ -56,6 +55,7 @@ fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     }
     // Closing removes the peers from the device: keep them to read their counters at the end.
     let peers: Vec<_> = peers.iter().filter_map(|k| dev.peer(k)).collect();
+    println!("ready {ifname} {}", private_key.public_key());
     dev.wait();
 
     for peer in peers {
@@ -85,42 +85,53 @@ fn configuration(args: &[String]) -> Result<Setup, Box<dyn std::error::Error>> {
     let mut peers = Vec::new();
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let in_peer = |p: Option<PeerChange>| p.ok_or(format!("{flag} belongs after --peer"));
-        match flag.as_str() {
-            "--config" => {
-                let file = vpn_config::parse(&std::fs::read_to_string(value)?)?;
-                change = file.to_change(|host, port| {
-                    (host, port).to_socket_addrs()?.next().ok_or_else(|| {
-                        std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
-                    })
-                })?;
-                peers.extend(file.peers.iter().map(|p| p.public_key));
-                key = Some(file.interface.private_key);
-            }
-            "--private-key" => {
-                let k = keys::PrivateKey::from_base64(value.trim())?;
-                change = change.private_key(k.clone());
-                key = Some(k);
-            }
-            "--listen-port" => change = change.listen_port(value.parse()?),
-            "--peer" => {
-                if let Some(p) = peer.take() {
-                    change.push_peer(p);
+        let mut apply = || -> Result<(), Box<dyn std::error::Error>> {
+            let in_peer = |p: Option<PeerChange>| p.ok_or("belongs after --peer");
+            match flag.as_str() {
+                "--config" => {
+                    let file = vpn_config::parse(&std::fs::read_to_string(value)?)?;
+                    change = file.to_change(|host, port| {
+                        (host, port).to_socket_addrs()?.next().ok_or_else(|| {
+                            std::io::Error::new(std::io::ErrorKind::NotFound, "no address")
+                        })
+                    })?;
+                    peers.extend(file.peers.iter().map(|p| p.public_key));
+                    key = Some(file.interface.private_key);
                 }
-                let k = keys::PublicKey::from_base64(value)?;
-                peers.push(k);
-                peer = Some(PeerChange::new(k));
+                "--private-key" => {
+                    let k = keys::PrivateKey::from_base64(value.trim())?;
+                    change = std::mem::take(&mut change).private_key(k.clone());
+                    key = Some(k);
+                }
+                "--listen-port" => {
+                    change = std::mem::take(&mut change).listen_port(value.parse()?);
+                }
+                "--peer" => {
+                    if let Some(p) = peer.take() {
+                        change.push_peer(p);
+                    }
+                    let k = keys::PublicKey::from_base64(value)?;
+                    peers.push(k);
+                    peer = Some(PeerChange::new(k));
+                }
+                "--endpoint" => {
+                    let ep = value.parse::<SocketAddr>()?;
+                    peer = Some(in_peer(peer.take())?.endpoint(ep));
+                }
+                "--allowed-ip" => {
+                    let ip = value.parse()?;
+                    peer = Some(in_peer(peer.take())?.allowed_ip(ip));
+                }
+                "--keepalive" => {
+                    let secs = value.parse()?;
+                    peer = Some(in_peer(peer.take())?.persistent_keepalive_interval(secs));
+                }
+                "--duration" => duration = Some(Duration::from_secs(value.parse()?)),
+                _ => return Err("unknown option".into()),
             }
-            "--endpoint" => {
-                peer = Some(in_peer(peer)?.endpoint(value.parse::<SocketAddr>()?));
-            }
-            "--allowed-ip" => peer = Some(in_peer(peer)?.allowed_ip(value.parse()?)),
-            "--keepalive" => {
-                peer = Some(in_peer(peer)?.persistent_keepalive_interval(value.parse()?));
-            }
-            "--duration" => duration = Some(Duration::from_secs(value.parse()?)),
-            other => return Err(format!("unknown option {other}").into()),
-        }
+            Ok(())
+        };
+        apply().map_err(|e| format!("{flag} {value}: {e}"))?;
     }
     if let Some(p) = peer {
         change.push_peer(p);
