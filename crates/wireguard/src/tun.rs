@@ -82,3 +82,20 @@ pub fn create_tun(name: &str, mtu: u32) -> io::Result<Arc<NativeTun>> {
 pub fn create_tun_from_file(fd: OwnedFd, mtu: u32) -> io::Result<Arc<NativeTun>> {
     NativeTun::from_fd(fd, mtu).map(Arc::new)
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_tun_from_file_refuses_a_descriptor_that_is_not_a_tun() {
+        let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        assert!(create_tun_from_file(fd, 0).is_err());
+    }
+
+    #[test]
+    fn create_tun_refuses_a_name_longer_than_an_interface_name() {
+        // IFNAMSIZ is 16 with the terminating NUL: refused with or without privileges.
+        assert!(create_tun("eml-name-too-long-for-linux", 0).is_err());
+    }
+}
