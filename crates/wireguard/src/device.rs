@@ -40,8 +40,12 @@
 //! assert!(dev.is_up());
 //! assert_eq!(Some(dev.listen_port()), bind.local_addr().map(|a| a.port()));
 //!
-//! // After the network changed (a mobile host's path monitor): reopen the sockets.
+//! // A mobile host keeps control of the endpoints it configured.
+//! dev.disable_some_roaming_for_broken_mobile_semantics();
+//! // After the network changed (its path monitor said so): new sockets, then keepalives so
+//! // that NAT mappings are refreshed at once (what the C ABI's wgBumpSockets does).
 //! dev.bind_update()?;
+//! dev.send_keepalives_to_peers_with_current_keypair();
 //! dev.down()?;
 //! assert!(!dev.is_up());
 //! dev.close();
