@@ -3,11 +3,14 @@
 //! the same value.
 #![no_main]
 
+#[path = "common/uapi_lines.rs"]
+mod common;
+
 use libfuzzer_sys::fuzz_target;
 use vpn_ipc::{DeviceState, Statistics};
 
 fuzz_target!(|data: &[u8]| {
-    let text = String::from_utf8_lossy(data);
+    let text = common::text(data);
     if let Ok(state) = text.parse::<DeviceState>() {
         let rendered = state.to_string();
         assert_eq!(

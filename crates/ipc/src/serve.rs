@@ -1,5 +1,5 @@
-//! The request framing of a UAPI connection, shared by every server (the daemon's socket,
-//! `Device::ipc_handle`, app hosts).
+//! The request framing of a UAPI connection: [`serve`] for every server (the daemon's socket,
+//! `Device::ipc_handle`, app hosts), [`request`] and [`Reply`] for clients.
 //!
 //! Each request starts with an `<op>=1` line. `set=1` is followed by a body ending in an empty
 //! line; `get=1` and any other operation by an empty line at once. Every reply ends with
@@ -130,6 +130,71 @@ where
     }
 }
 
+/// The text of a request: `<op>=1`, then for `set` the body's lines, then the empty line.
+///
+/// `op` is letters, digits and `_`; a body must not hold an empty line (it would end the
+/// request early); a missing final line break is added.
+pub fn request(op: &str, body: &str) -> Result<String, IpcError> {
+    if op.is_empty() || !op.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(IpcError::invalid(format!("bad UAPI operation {op:?}")));
+    }
+    let body = body.strip_suffix('\n').unwrap_or(body);
+    if body.contains("\n\n") || body.starts_with('\n') {
+        return Err(IpcError::invalid(
+            "a request body must not contain an empty line (it would end the request early)",
+        ));
+    }
+    let mut msg = String::with_capacity(op.len() + body.len() + 5);
+    msg.push_str(op);
+    msg.push_str("=1\n");
+    if !body.is_empty() {
+        msg.push_str(body);
+        msg.push('\n');
+    }
+    msg.push('\n');
+    Ok(msg)
+}
+
+/// A reply as a client reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The lines before `errno=`, each ending in `\n` (empty for `set`).
+    pub body: String,
+    /// The `errno=` value: 0 for success, a negative errno otherwise.
+    pub errno: i64,
+}
+
+impl Reply {
+    /// Whether `raw` holds a whole reply (its terminating empty line).
+    pub fn is_complete(raw: &[u8]) -> bool {
+        raw.starts_with(b"\n") || raw.windows(2).any(|w| w == b"\n\n")
+    }
+
+    /// Parses a reply up to its empty line: dump lines, then `errno=<n>`. Anything after the
+    /// empty line is ignored.
+    pub fn parse(raw: &[u8]) -> Result<Reply, IpcError> {
+        let bad = |why: &str| IpcError::protocol(format!("bad UAPI reply: {why}"));
+        let text = std::str::from_utf8(raw).map_err(|_| bad("not UTF-8"))?;
+        let end = text
+            .find("\n\n")
+            .ok_or_else(|| bad("no terminating empty line"))?;
+        let lines = text.get(..end).unwrap_or("");
+        let (body, last) = match lines.rsplit_once('\n') {
+            Some((body, last)) => (body, last),
+            None => ("", lines),
+        };
+        let value = last
+            .strip_prefix("errno=")
+            .ok_or_else(|| bad("last line is not errno="))?;
+        let errno: i64 = value.parse().map_err(|_| bad("errno is not a number"))?;
+        let mut body = body.to_owned();
+        if !body.is_empty() {
+            body.push('\n');
+        }
+        Ok(Reply { body, errno })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +268,37 @@ mod tests {
         assert!(out.is_empty());
         assert_eq!(ended.unwrap(), Ended::Eof);
         assert_eq!(*h.sets.borrow(), ["fwmark=3\n"]);
+    }
+
+    #[test]
+    fn requests_are_framed_and_bad_ones_refused() {
+        assert_eq!(request("set", "a=1\nb=2").unwrap(), "set=1\na=1\nb=2\n\n");
+        assert_eq!(request("set", "a=1\n").unwrap(), "set=1\na=1\n\n");
+        assert_eq!(request("get", "").unwrap(), "get=1\n\n");
+        for (op, body) in [
+            ("get=1\nset", ""),
+            ("", ""),
+            ("set", "a=1\n\nb=2"),
+            ("set", "\na=1"),
+        ] {
+            assert!(request(op, body).is_err(), "{op:?} {body:?}");
+        }
+    }
+
+    #[test]
+    fn replies_parse_to_body_and_errno() {
+        let r = Reply::parse(b"a=1\nb=2\nerrno=-22\n\nleftover").unwrap();
+        assert_eq!((r.body.as_str(), r.errno), ("a=1\nb=2\n", -22));
+        assert_eq!(Reply::parse(b"errno=0\n\n").unwrap().body, "");
+        for bad in [
+            &b"x=1\n\n"[..],
+            b"errno=zero\n\n",
+            b"errno=0\n",
+            b"\xff\n\n",
+        ] {
+            assert!(Reply::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(Reply::is_complete(b"errno=0\n\n") && !Reply::is_complete(b"errno=0\n"));
     }
 
     #[test]
