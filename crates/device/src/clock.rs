@@ -445,9 +445,40 @@ impl<C: Clock, K: Counter> Clock for CycleClock<C, K> {
     }
 }
 
+/// Linux's clock that keeps counting while the machine sleeps (`CLOCK_BOOTTIME`), so the
+/// 120/180/540 s key timers expire on time after a resume; std's `Instant` (`CLOCK_MONOTONIC`)
+/// stops during suspend. The daemon interpolates it with the TSC ([`CycleClock`]); an app
+/// embedding a device on a machine that sleeps passes it with `Options::with_clock`.
+#[cfg(target_os = "linux")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BootTimeClock;
+
+#[cfg(target_os = "linux")]
+impl Clock for BootTimeClock {
+    fn now(&self) -> Instant {
+        // A day ahead, as the other clocks here, so that "long ago" (zero) is long ago even on
+        // a machine that booted a minute ago.
+        let d = vpn_sys::daemon::boottime() + Duration::from_secs(86_400);
+        Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn boottime_clock_is_monotonic_and_far_from_zero() {
+        let a = BootTimeClock.now();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = BootTimeClock.now();
+        assert!(b.as_nanos() >= a.as_nanos() + 2_000_000);
+        assert!(
+            a.as_nanos() >= 86_400 * 1_000_000_000,
+            "zero is a day in the past"
+        );
+    }
     use std::sync::atomic::AtomicU32;
 
     #[test]

@@ -10,7 +10,8 @@
 //! kernel interface it wraps.
 //!
 //! On Apple targets, [`darwin`] holds the macOS data plane's calls (utun, routing socket,
-//! interface ioctls, the clock that counts sleep). The crate is empty on other targets.
+//! interface ioctls, the clock that counts sleep). Apart from [`poll`], the crate is empty on
+//! other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
