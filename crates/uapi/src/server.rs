@@ -1,7 +1,8 @@
 //! Serving the UAPI socket: the accept loop, one thread per connection, the request framing
-//! and the inotify watch on the socket path.
+//! and the watch on the socket path (`watch.rs`).
 
 use crate::listener::{identity, UapiListener};
+use crate::watch::SocketWatch;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use vpn_device::uapi::IPC_ERROR_PROTOCOL;
 use vpn_device::Device;
-use vpn_sys::daemon::{Inotify, Watch, IN_ATTRIB, IN_DELETE, IN_DELETE_SELF};
+use vpn_sys::daemon::Watch;
 
 /// Appends extra `key=value` lines to a `stats=1` reply (the daemon's TUN and bind counters).
 pub type StatsFn = Box<dyn Fn(&mut String) + Send + Sync>;
@@ -43,7 +44,7 @@ struct Shared {
     conns: Mutex<HashMap<u64, UnixStream>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_id: AtomicU64,
-    inotify: Option<Inotify>,
+    watch: SocketWatch,
     removed: AtomicBool,
 }
 
@@ -62,16 +63,17 @@ impl UapiListener {
 
     /// [`serve`](Self::serve) with extra statistics and a removal callback.
     pub fn serve_with(self, dev: Arc<Device>, opts: ServeOptions) -> UapiServer {
-        let inotify = match Inotify::watch(&self.path, IN_ATTRIB | IN_DELETE | IN_DELETE_SELF) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot watch {}: {e}; its removal will go unnoticed",
-                    self.path.display()
-                );
-                None
-            }
-        };
+        let watch = SocketWatch::open(&self.path);
+        self.serve_watched(dev, opts, watch)
+    }
+
+    /// [`serve_with`](Self::serve_with) with the given watch on the socket path.
+    pub(crate) fn serve_watched(
+        self,
+        dev: Arc<Device>,
+        opts: ServeOptions,
+        watch: SocketWatch,
+    ) -> UapiServer {
         let shared = Arc::new(Shared {
             dev,
             listener: self.listener,
@@ -82,7 +84,7 @@ impl UapiListener {
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
-            inotify,
+            watch,
             removed: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -91,7 +93,7 @@ impl UapiListener {
             .spawn(move || accept_loop(&s))
             .map_err(|e| tracing::error!("UAPI accept thread: {e}"))
             .ok();
-        let watcher = if shared.inotify.is_some() {
+        let watcher = {
             let s = shared.clone();
             let on_removed = opts.on_removed;
             std::thread::Builder::new()
@@ -99,8 +101,6 @@ impl UapiListener {
                 .spawn(move || watch_loop(&s, on_removed))
                 .map_err(|e| tracing::error!("UAPI watcher thread: {e}"))
                 .ok()
-        } else {
-            None
         };
         UapiServer {
             shared,
@@ -130,9 +130,7 @@ impl UapiServer {
         if let Err(e) = socket2::SockRef::from(&s.listener).shutdown(Shutdown::Both) {
             tracing::debug!("UAPI listener shutdown: {e}");
         }
-        if let Some(w) = &s.inotify {
-            w.wake();
-        }
+        s.watch.wake();
         for h in [self.accept.take(), self.watcher.take()]
             .into_iter()
             .flatten()
@@ -309,10 +307,11 @@ fn serve_requests<R: BufRead, W: Write>(s: &Shared, r: &mut R, w: &mut W) -> io:
 }
 
 /// Reports the socket file's removal: checked once at start (it may already be gone), then
-/// after every inotify event (an unlink changes the link count: IN_ATTRIB; the last one
-/// deletes the inode: IN_DELETE_SELF).
+/// after every event of the watch (inotify: an unlink changes the link count, IN_ATTRIB, and
+/// the last one deletes the inode, IN_DELETE_SELF; kqueue: the directory was written; the
+/// poll: its interval passed).
 fn watch_loop(s: &Shared, on_removed: Option<Box<dyn FnOnce() + Send>>) {
-    let Some(w) = &s.inotify else { return };
+    let w = &s.watch;
     loop {
         if s.closing.load(Ordering::Acquire) {
             return;

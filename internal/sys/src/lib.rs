@@ -8,7 +8,8 @@
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
-//! The crate is empty on other targets.
+//! On macOS it holds the daemon plumbing ([`daemon`]) and the darwin calls (`darwin`, one
+//! file per topic); it is empty on other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -17,8 +18,10 @@
 pub mod cmsg;
 #[cfg(target_os = "linux")]
 pub mod cycles;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod daemon;
+#[cfg(target_vendor = "apple")]
+pub mod darwin;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
 #[cfg(target_os = "linux")]
