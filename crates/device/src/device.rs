@@ -8,7 +8,7 @@
 
 use crate::allowedips::AllowedIps;
 use crate::batch::Container;
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::Clock;
 use crate::index::IndexTable;
 use crate::keypair::DevKeypair;
 use crate::peer::{Peer, PeerRef};
@@ -39,7 +39,8 @@ pub const DEFAULT_SEND_POOL_BYTES: usize = 32 << 20;
 /// Construction options. `Options::default()` is what `Device::new` uses.
 #[derive(Clone)]
 pub struct Options {
-    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production.
+    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production on Linux. The
+    /// default ([`crate::clock::default_clock`]) counts sleep on Apple targets.
     pub clock: Arc<dyn Clock>,
     /// Crypto worker threads (0: one per available core).
     pub workers: usize,
@@ -59,7 +60,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            clock: Arc::new(MonotonicClock::default()),
+            clock: crate::clock::default_clock(),
             workers: 0,
             receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
             send_pool_bytes: DEFAULT_SEND_POOL_BYTES,

@@ -4,12 +4,15 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]) and the data-path threads' scheduling policy ([`sched`]). Every `unsafe` block
+//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting for a descriptor
+//! or a close ([`poll`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
-//! On macOS it holds the daemon plumbing ([`daemon`]) and the darwin calls (`darwin`, one
-//! file per topic); it is empty on other targets.
+//! On Apple targets, [`darwin`] holds the macOS data plane's calls (utun, routing socket,
+//! interface ioctls, the clock that counts sleep, the UAPI socket's directory watch), and
+//! [`daemon`] the process plumbing the daemon shares with Linux. The crate is empty on other
+//! targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -24,6 +27,8 @@ pub mod daemon;
 pub mod darwin;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+pub mod poll;
 #[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]

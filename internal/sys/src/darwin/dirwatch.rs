@@ -6,7 +6,8 @@
 //! the socket path after every event. A second, user-triggered filter lets another thread
 //! wake the waiter promptly (closing an fd does not wake a thread blocked in `kevent`).
 
-use super::super::daemon::Watch;
+use super::cvt;
+use crate::daemon::Watch;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -39,14 +40,6 @@ fn kevent_change(ident: usize, filter: i16, flags: u16, fflags: u32) -> libc::ke
         fflags,
         data: 0,
         udata: std::ptr::null_mut(),
-    }
-}
-
-fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
     }
 }
 
