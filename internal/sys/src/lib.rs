@@ -29,6 +29,8 @@ pub mod darwin;
 pub mod mmsg;
 #[cfg(any(target_os = "linux", target_vendor = "apple"))]
 pub mod poll;
+#[cfg(all(feature = "posix-kernel", target_os = "linux"))]
+pub mod posix_kernel;
 #[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::sock::reuse_port_control;
+use super::os::reuse_port_control;
 
 /// How long each half of the check waits for its datagram.
 const CHECK_DEADLINE: Duration = Duration::from_secs(2);

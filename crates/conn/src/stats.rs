@@ -1,4 +1,4 @@
-//! Counters of a [`StdNetBind`](super::StdNetBind): relaxed atomics bumped once per call (not
+//! Counters of a [`StdNetBind`](crate::StdNetBind): relaxed atomics bumped once per call (not
 //! per datagram), cheap enough to stay on.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -34,7 +34,7 @@ pub struct BindStats {
 }
 
 #[derive(Default)]
-pub(super) struct Stats {
+pub(crate) struct Stats {
     recv_calls: AtomicU64,
     datagrams_received: AtomicU64,
     gro_super_datagrams: AtomicU64,
@@ -54,7 +54,7 @@ fn add(c: &AtomicU64, n: usize) {
 impl Stats {
     /// One socket read that yielded `datagrams` for the caller, `gro` coalesced datagrams and
     /// `truncated` drops.
-    pub(super) fn recv(&self, datagrams: usize, gro: usize, truncated: usize) {
+    pub(crate) fn recv(&self, datagrams: usize, gro: usize, truncated: usize) {
         add(&self.recv_calls, 1);
         add(&self.datagrams_received, datagrams);
         add(&self.gro_super_datagrams, gro);
@@ -62,23 +62,25 @@ impl Stats {
     }
 
     /// Coalesced datagrams of a read that landed one segment per buffer.
-    pub(super) fn in_place(&self, n: usize) {
+    #[cfg(target_os = "linux")]
+    pub(crate) fn in_place(&self, n: usize) {
         add(&self.gro_in_place, n);
     }
 
     /// Datagrams handed over from an earlier read (no socket call), and drops found there.
-    pub(super) fn delivered(&self, datagrams: usize, truncated: usize) {
+    #[cfg(target_os = "linux")]
+    pub(crate) fn delivered(&self, datagrams: usize, truncated: usize) {
         add(&self.datagrams_received, datagrams);
         add(&self.truncated_drops, truncated);
     }
 
-    pub(super) fn send(&self, datagrams: usize, gso_messages: usize) {
+    pub(crate) fn send(&self, datagrams: usize, gso_messages: usize) {
         add(&self.send_calls, 1);
         add(&self.datagrams_sent, datagrams);
         add(&self.gso_messages, gso_messages);
     }
 
-    pub(super) fn snapshot(&self) -> BindStats {
+    pub(crate) fn snapshot(&self) -> BindStats {
         BindStats {
             recv_calls: self.recv_calls.load(Relaxed),
             datagrams_received: self.datagrams_received.load(Relaxed),
