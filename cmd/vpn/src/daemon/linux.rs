@@ -1,44 +1,19 @@
-//! `vpn [--foreground] <ifname>`: the userspace WireGuard daemon, started the way `wg-quick`
-//! starts wireguard-go.
-//!
-//! The daemon creates the TUN (or adopts `WG_TUN_FD`), a [`StdNetBind`], a device on a
-//! CLOCK_BOOTTIME clock (key lifetimes keep running across suspend) and the UAPI socket
-//! `/var/run/wireguard/<ifname>.sock` (or adopts `WG_UAPI_FD`). It stops, closing the device
-//! and removing its socket, on SIGINT/SIGTERM, when the socket file is deleted, and when the
-//! TUN goes away (the device closes itself on a TUN read error).
-//!
-//! Without `--foreground` (or `WG_PROCESS_FOREGROUND=1`) it detaches: the parent re-executes
-//! itself with `--foreground` in a new session, stdio on /dev/null (stderr to `VPN_LOG_FILE`
-//! if set), and passes one end of a socket pair in `VPN_DAEMON_READY_FD`. The child writes one
-//! zero byte there once the TUN and the UAPI socket exist, or its error message if it fails;
-//! the parent exits 0 only after the zero byte, so when `vpn wg0` returns 0, `wg` can
-//! configure `wg0` at once.
+//! The daemon's Linux parts: a TUN named `<ifname>` (virtio-net offloads unless
+//! `VPN_TUN_OFFLOAD=0`), the bind with UDP GSO/GRO, a TSC-interpolated CLOCK_BOOTTIME and
+//! `SCHED_BATCH` for the light direction of bulk traffic.
 
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::{mpsc, Arc};
+use super::{receive_pool_bytes, Parts, DEFAULT_MTU};
+use std::sync::Arc;
 use std::time::Duration;
-use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
-
-/// Extra receive-pool bytes with connected sockets on: room for 16 pair readers, each of which
-/// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
-const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
+use vpn_conn::{ConnectedOptions, StdNetBind};
 use vpn_device::clock::{Clock, Counter, CycleClock};
 use vpn_device::sched::Scheduling;
-use vpn_device::{Device, Logger, Options};
+use vpn_device::Options;
 use vpn_proto::time::Instant;
 use vpn_sys::cycles::{TimeJumps, Tsc};
 use vpn_sys::daemon as sys;
 use vpn_tun::{Device as _, LinuxTun, TunStats};
-use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
-
-/// The TUN MTU wireguard-go uses (`device.DefaultMTU`); wg-quick sets its own afterwards.
-const DEFAULT_MTU: u32 = 1420;
-/// The environment variable naming the child's readiness fd.
-const READY_FD_ENV: &str = "VPN_DAEMON_READY_FD";
+use vpn_uapi::StatsFn;
 
 /// A suspend-aware clock: CLOCK_BOOTTIME counts time spent asleep, so the 120/180/540 s key
 /// timers expire on time after a laptop resumes (CLOCK_MONOTONIC would stretch them).
@@ -130,109 +105,11 @@ impl Counter for TscCounter {
     }
 }
 
-/// Why the daemon stops.
-#[derive(Debug)]
-enum Stop {
-    Signal(i32),
-    SocketRemoved,
-    DeviceClosed,
-}
-
-/// Runs the daemon for `ifname`; detaches first unless asked to stay in the foreground.
-pub fn run(ifname: &str, foreground: bool) -> Result<(), crate::Error> {
-    let foreground = foreground || std::env::var("WG_PROCESS_FOREGROUND").is_ok_and(|v| v == "1");
-    if !foreground {
-        return detach(ifname);
-    }
-    let mut ready = match std::env::var(READY_FD_ENV) {
-        Ok(v) => Some(UnixStream::from(sys::take_inherited_fd(parse_fd(
-            READY_FD_ENV,
-            &v,
-        )?)?)),
-        Err(_) => None,
-    };
-    if ready.is_some() {
-        // Leave the session of whoever started us: their terminal's signals are not ours.
-        if let Err(e) = sys::setsid() {
-            tracing::debug!("setsid: {e}");
-        }
-    }
-    match serve(ifname, &mut ready) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            if let Some(mut r) = ready {
-                let msg = e.to_string();
-                let _ = r.write_all(if msg.is_empty() {
-                    b"failed"
-                } else {
-                    msg.as_bytes()
-                });
-            }
-            Err(e)
-        }
-    }
-}
-
-fn parse_fd(var: &str, v: &str) -> Result<RawFd, crate::Error> {
-    v.trim()
-        .parse::<RawFd>()
-        .map_err(|_| format!("{var}={v:?} is not a file descriptor number").into())
-}
-
-/// Starts the foreground daemon in a new session and waits until it is ready or has failed.
-fn detach(ifname: &str) -> Result<(), crate::Error> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
-    let (mut parent_end, child_end) = UnixStream::pair()?;
-    sys::set_inheritable(child_end.as_fd(), true)?;
-    let stderr = match std::env::var_os("VPN_LOG_FILE") {
-        Some(p) => Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&p)
-                .map_err(|e| format!("{}: {e}", Path::new(&p).display()))?,
-        ),
-        None => Stdio::null(),
-    };
-    let mut child = Command::new(exe)
-        .arg("--foreground")
-        .arg(ifname)
-        .env(READY_FD_ENV, child_end.as_raw_fd().to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("starting the daemon: {e}"))?;
-    drop(child_end);
-    let mut first = [0u8; 1];
-    let n = loop {
-        match parent_end.read(&mut first) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            other => break other.unwrap_or(0),
-        }
-    };
-    if n == 1 && first[0] == 0 {
-        return Ok(());
-    }
-    let mut rest = Vec::new();
-    let _ = parent_end.take(4096).read_to_end(&mut rest);
-    let status = child.wait()?;
-    let mut msg = String::from_utf8_lossy(&first[..n]).into_owned();
-    msg.push_str(&String::from_utf8_lossy(&rest));
-    if msg.trim().is_empty() {
-        msg = format!("the daemon exited ({status}) before it was ready");
-    }
-    Err(msg.into())
-}
-
 fn open_tun(ifname: &str) -> Result<LinuxTun, crate::Error> {
-    match std::env::var("WG_TUN_FD") {
-        Ok(v) => {
-            let fd = sys::take_inherited_fd(parse_fd("WG_TUN_FD", &v)?)?;
-            Ok(LinuxTun::from_fd(fd, DEFAULT_MTU).map_err(|e| format!("WG_TUN_FD: {e}"))?)
-        }
+    match super::inherited_fd("WG_TUN_FD")? {
+        Some(fd) => Ok(LinuxTun::from_fd(fd, DEFAULT_MTU).map_err(|e| format!("WG_TUN_FD: {e}"))?),
         // `VPN_TUN_OFFLOAD=0`: a plain TUN without the virtio-net header (see `VPN_UDP_OFFLOAD`).
-        Err(_) => {
+        None => {
             let offload = std::env::var("VPN_TUN_OFFLOAD").map_or(true, |v| v != "0");
             Ok(LinuxTun::create_with_offload(ifname, DEFAULT_MTU, offload)
                 .map_err(|e| format!("failed to create TUN device {ifname}: {e}"))?)
@@ -240,22 +117,8 @@ fn open_tun(ifname: &str) -> Result<LinuxTun, crate::Error> {
     }
 }
 
-fn open_uapi(name: &str) -> Result<UapiListener, crate::Error> {
-    match std::env::var("WG_UAPI_FD") {
-        Ok(v) => {
-            let fd = sys::take_inherited_fd(parse_fd("WG_UAPI_FD", &v)?)?;
-            Ok(UapiListener::from_listener(UnixListener::from(fd))?)
-        }
-        Err(_) => Ok(UapiListener::bind(Path::new(vpn_uapi::DEFAULT_DIR), name)
-            .map_err(|e| format!("failed to listen on UAPI socket for {name}: {e}"))?),
-    }
-}
-
-fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Error> {
-    let signals = [libc::SIGINT, libc::SIGTERM];
-    // Before any thread exists, so that every thread inherits the mask and only `sigwait`
-    // below takes these signals.
-    sys::block_signals(&signals)?;
+/// The TUN, the bind and the device options on Linux.
+pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
     let tun = Arc::new(open_tun(ifname)?);
     let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
     // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets; each one's reader keeps receive
@@ -267,8 +130,7 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
     let bind = Arc::new(StdNetBind::with_offload(udp_offload).with_connected_options(connected));
     let opts = Options {
         clock: daemon_clock(),
-        receive_pool_bytes: vpn_device::DEFAULT_RECEIVE_POOL_BYTES
-            + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
+        receive_pool_bytes: receive_pool_bytes(connected),
         // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
         scheduling: std::env::var("VPN_SCHED_BATCH")
             .map_or(true, |v| v != "0")
@@ -277,64 +139,19 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
         datagram_yield: std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"),
         ..Options::default()
     };
-    let dev = Arc::new(Device::with_options(
-        tun.clone(),
-        bind.clone(),
-        Logger::new(name.clone()),
+    Ok(Parts {
+        tun_stats: Some(tun_stats_fn(tun.clone())),
+        tun,
+        name,
+        bind,
         opts,
-    ));
-    let listener = open_uapi(&name)?;
-    let (tx, rx) = mpsc::channel();
-    let removed = tx.clone();
-    let mut server = listener.serve_with(
-        dev.clone(),
-        ServeOptions {
-            extra_stats: Some(stats_fn(tun.clone(), bind.clone())),
-            on_removed: Some(Box::new(move || {
-                let _ = removed.send(Stop::SocketRemoved);
-            })),
-        },
-    );
-    let closed = tx.clone();
-    let waiter = dev.clone();
-    std::thread::Builder::new()
-        .name("wait-device".into())
-        .spawn(move || {
-            waiter.wait();
-            let _ = closed.send(Stop::DeviceClosed);
-        })?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || match sys::wait_signal(&signals) {
-            Ok(s) => {
-                let _ = tx.send(Stop::Signal(s));
-            }
-            Err(e) => tracing::error!("waiting for signals: {e}"),
-        })?;
-    tracing::info!(device = %name, "device started; UAPI socket {}", server.path().display());
-    if let Some(mut r) = ready.take() {
-        // The parent may have died meanwhile: nothing to tell then.
-        let _ = r.write_all(&[0]);
-    }
-    let reason = rx.recv().unwrap_or(Stop::DeviceClosed);
-    match reason {
-        Stop::Signal(s) => tracing::info!(device = %name, "signal {s}: shutting down"),
-        Stop::SocketRemoved => tracing::info!(device = %name, "UAPI socket removed: shutting down"),
-        Stop::DeviceClosed => {
-            tracing::info!(device = %name, "device closed (TUN gone?): shutting down")
-        }
-    }
-    server.close();
-    dev.close();
-    tracing::info!(device = %name, "shut down");
-    Ok(())
+    })
 }
 
-/// The `tun.*` and `bind.*` lines of the `stats=1` reply.
-fn stats_fn(tun: Arc<LinuxTun>, bind: Arc<StdNetBind>) -> StatsFn {
+/// The `tun.*` lines of the `stats=1` reply.
+fn tun_stats_fn(tun: Arc<LinuxTun>) -> StatsFn {
     Box::new(move |out: &mut String| {
         write_tun_stats(&tun.stats(), tun.offload_enabled(), tun.uso_enabled(), out);
-        write_bind_stats(&bind.stats(), bind.offloads(), out);
     })
 }
 
@@ -356,43 +173,11 @@ fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut String) {
     }
 }
 
-fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mut String) {
-    use std::fmt::Write as _;
-    let lines: [(&str, u64); 12] = [
-        ("recv_calls", s.recv_calls),
-        ("datagrams_received", s.datagrams_received),
-        ("gro_super_datagrams", s.gro_super_datagrams),
-        ("gro_in_place", s.gro_in_place),
-        ("send_calls", s.send_calls),
-        ("datagrams_sent", s.datagrams_sent),
-        ("gso_messages", s.gso_messages),
-        ("truncated_drops", s.truncated_drops),
-        ("connected_open", s.connected_open),
-        ("connected_dials", s.connected_dials),
-        ("connected_datagrams_sent", s.connected_datagrams_sent),
-        (
-            "connected_datagrams_received",
-            s.connected_datagrams_received,
-        ),
-    ];
-    for (k, v) in lines {
-        let _ = writeln!(out, "bind.{k}={v}");
-    }
-    for (fam, o) in ["v4", "v6"].iter().zip(offloads) {
-        if let Some((gso, gro)) = o {
-            let _ = writeln!(
-                out,
-                "bind.{fam}_gso={}\nbind.{fam}_gro={}",
-                u64::from(gso),
-                u64::from(gro)
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::write_bind_stats;
     use super::*;
+    use vpn_conn::BindStats;
 
     #[test]
     fn boottime_clock_is_monotonic_and_far_from_zero() {
@@ -436,12 +221,6 @@ mod tests {
         assert!(out.lines().all(|l| l
             .split_once('=')
             .is_some_and(|(_, v)| v.parse::<u64>().is_ok())));
-    }
-
-    #[test]
-    fn fd_numbers() {
-        assert_eq!(parse_fd("X", " 5\n").unwrap(), 5);
-        assert!(parse_fd("X", "five").is_err());
     }
 
     /// The TSC-interpolated boot clock agrees with CLOCK_BOOTTIME on this machine's real
