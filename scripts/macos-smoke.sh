@@ -40,28 +40,13 @@ trap cleanup EXIT
 
 ka=$("$VPN" genkey); kb=$("$VPN" genkey)
 pa=$(echo "$ka" | "$VPN" pubkey); pb=$(echo "$kb" | "$VPN" pubkey)
-cat >"$dir/$A.conf" <<CONF
-[Interface]
-PrivateKey = $ka
-ListenPort = 51871
-Address = 100.64.98.1/32
-
-[Peer]
-PublicKey = $pb
-Endpoint = 127.0.0.1:51872
-AllowedIPs = 100.64.99.0/24
-CONF
-cat >"$dir/$B.conf" <<CONF
-[Interface]
-PrivateKey = $kb
-ListenPort = 51872
-Address = 100.64.99.1/32
-
-[Peer]
-PublicKey = $pa
-Endpoint = 127.0.0.1:51871
-AllowedIPs = 100.64.98.0/24
-CONF
+# write_conf <name> <private key> <port> <address> <peer public key> <peer port> <allowed IPs>
+write_conf() {
+    printf '[Interface]\nPrivateKey = %s\nListenPort = %s\nAddress = %s\n\n' "$2" "$3" "$4" >"$dir/$1.conf"
+    printf '[Peer]\nPublicKey = %s\nEndpoint = 127.0.0.1:%s\nAllowedIPs = %s\n' "$5" "$6" "$7" >>"$dir/$1.conf"
+}
+write_conf "$A" "$ka" 51871 100.64.98.1/32 "$pb" 51872 100.64.99.0/24
+write_conf "$B" "$kb" 51872 100.64.99.1/32 "$pa" 51871 100.64.98.0/24
 chmod 600 "$dir"/*.conf
 
 "$VPN" up "$dir/$A.conf"
