@@ -170,8 +170,8 @@ fn open_uapi(name: &str) -> Result<UapiListener, crate::Error> {
     }
 }
 
-/// The bind every system starts with: `VPN_CONNECTED_SOCKETS=1` adds per-peer connected
-/// sockets (see `vpn_conn::ConnectedOptions::from_env`).
+/// The device's receive pool: the default, plus room for the pair readers when
+/// `VPN_CONNECTED_SOCKETS=1` turns on per-peer connected sockets (each reader keeps buffers).
 fn receive_pool_bytes(connected: ConnectedOptions) -> usize {
     vpn_device::DEFAULT_RECEIVE_POOL_BYTES + usize::from(connected.enabled) * CONNECTED_POOL_BYTES
 }
