@@ -4,7 +4,7 @@
 #   - `file` says Mach-O 64-bit executable of the right architecture;
 #   - the load commands ask for macOS $MACOSX_DEPLOYMENT_TARGET (zig's default would be its
 #     newest SDK, marking the binary as needing macOS 15);
-#   - ring's ChaCha20-Poly1305 assembly (NEON on arm64) is linked in: the data-path AEAD;
+#   - ring's ChaCha20-Poly1305 assembly (NEON on arm64, AVX2/SSE4.1 on x86_64) is linked in;
 #   - with the default features (`darwin-spi`) the binary references the private batch calls
 #     `_recvmsg_x` and `_sendmsg_x` (zig's libSystem stub lists them, so a misspelt symbol fails
 #     to link); built with `--no-default-features` (the App Store opt-out) it references neither.
@@ -36,7 +36,7 @@ check() { # check <binary> <file-arch> <spi|appstore>
     else
         echo "ok   $bin: minimum macOS $minos"
     fi
-    if llvm-nm "$bin" | grep -Eq ' t _ring_core_[0-9_]+__chacha20_poly1305_seal$'; then
+    if llvm-nm "$bin" | grep -Eq ' t _ring_core_[0-9_]+__chacha20_poly1305_seal(_avx2|_sse41)?$'; then
         echo "ok   $bin: ring's ChaCha20-Poly1305 assembly linked"
     else
         echo "FAIL $bin: ring's ChaCha20-Poly1305 assembly missing"; fail=1
