@@ -22,21 +22,23 @@ SPI_SYMBOLS=(_recvmsg_x _sendmsg_x)
 fail=0
 
 check() { # check <binary> <file-arch> <spi|appstore>
-    local bin=$1 arch=$2 variant=$3 desc undefined minos s
+    local bin=$1 arch=$2 variant=$3 desc defined undefined headers minos s
     desc=$(file -b "$bin")
     if [[ $desc != "Mach-O 64-bit $arch executable"* ]]; then
         echo "FAIL $bin: file says: $desc"; fail=1
     else
         echo "ok   $bin: $desc"
     fi
-    minos=$(llvm-objdump --macho --private-headers "$bin" 2>/dev/null \
-        | awk '/cmd LC_BUILD_VERSION/ {b=1} b && $1 == "minos" {print $2; exit}')
+    headers=$(llvm-objdump --macho --private-headers "$bin" 2>/dev/null || true)
+    minos=$(awk '/cmd LC_BUILD_VERSION/ {b=1} b && $1 == "minos" {print $2; exit}' <<<"$headers")
     if [[ $minos != "$MACOSX_DEPLOYMENT_TARGET" ]]; then
         echo "FAIL $bin: minimum macOS is '${minos:-?}', wanted $MACOSX_DEPLOYMENT_TARGET"; fail=1
     else
         echo "ok   $bin: minimum macOS $minos"
     fi
-    if llvm-nm "$bin" | grep -Eq ' t _ring_core_[0-9_]+__chacha20_poly1305_seal(_avx2|_sse41)?$'; then
+    # Into a variable first: `grep -q` closing the pipe early would fail llvm-nm (pipefail).
+    defined=$(llvm-nm "$bin")
+    if grep -Eq ' t _ring_core_[0-9_]+__chacha20_poly1305_seal(_avx2|_sse41)?$' <<<"$defined"; then
         echo "ok   $bin: ring's ChaCha20-Poly1305 assembly linked"
     else
         echo "FAIL $bin: ring's ChaCha20-Poly1305 assembly missing"; fail=1
