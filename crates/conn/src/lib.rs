@@ -7,6 +7,11 @@
 //! Everything moves in batches: a receive function fills up to `bufs.len()` datagrams per call,
 //! and [`Bind::send`] takes a whole batch for one endpoint so an implementation can use
 //! `sendmmsg` and UDP GSO.
+//!
+//! `StdNetBind` exists on Linux (`recvmmsg`/`sendmmsg`, UDP GSO/GRO, sticky sources) and on
+//! Apple targets (one datagram per call, or `recvmsg_x`/`sendmsg_x` with
+//! `with_batched_io`; `with_dont_fragment`; see `docs/darwin-bind.md`), both with the same
+//! [`connected`] sockets. [`memory`] is an in-process network for tests, on every platform.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -23,6 +23,9 @@ pub struct BindStats {
     pub gso_messages: u64,
     /// Datagrams dropped because they did not fit the receive buffer.
     pub truncated_drops: u64,
+    /// Datagrams dropped because a batched send call accepted none of them (a full queue; darwin
+    /// `sendmsg_x`). Not counted in `datagrams_sent`.
+    pub send_drops: u64,
     /// Connected sockets open now.
     pub connected_open: u64,
     /// Connected sockets dialled and handed to a reader.
@@ -43,6 +46,7 @@ pub(crate) struct Stats {
     datagrams_sent: AtomicU64,
     gso_messages: AtomicU64,
     truncated_drops: AtomicU64,
+    send_drops: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: usize) {
@@ -74,6 +78,12 @@ impl Stats {
         add(&self.truncated_drops, truncated);
     }
 
+    /// Datagrams a full send queue refused.
+    #[cfg(any(target_vendor = "apple", test))]
+    pub(crate) fn send_dropped(&self, n: usize) {
+        add(&self.send_drops, n);
+    }
+
     pub(crate) fn send(&self, datagrams: usize, gso_messages: usize) {
         add(&self.send_calls, 1);
         add(&self.datagrams_sent, datagrams);
@@ -90,6 +100,7 @@ impl Stats {
             datagrams_sent: self.datagrams_sent.load(Relaxed),
             gso_messages: self.gso_messages.load(Relaxed),
             truncated_drops: self.truncated_drops.load(Relaxed),
+            send_drops: self.send_drops.load(Relaxed),
             ..BindStats::default()
         }
     }

@@ -319,8 +319,9 @@ mod tests {
         let mut st = RecvBatch::new(4, false);
         send(&k, a, &[&[1; 300]]);
         assert_eq!(recv(&k, &mut st, b, 1, 100).unwrap(), vec![vec![1; 100]]);
-        // The kernel left MSG_TRUNC and a 100-byte... and then a 40-byte iovec behind; both
-        // must be undone, or this call fails (EINVAL) or cuts the datagram.
+        // The kernel left MSG_TRUNC in the header; the next receive then shrinks the iovec to
+        // 40 bytes. Both must be undone before each call, or it fails (EINVAL) or cuts the
+        // datagram.
         send(&k, a, &[&[2; 40]]);
         assert_eq!(recv(&k, &mut st, b, 1, 100).unwrap(), vec![vec![2; 40]]);
         send(&k, a, &[&[3; 100]]);

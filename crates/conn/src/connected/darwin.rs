@@ -10,11 +10,11 @@ use std::sync::{Arc, Weak};
 
 use socket2::Socket;
 
-use super::slots::{is_transient, COALESCE_DELAY, READ_BATCH, SLOT_TIERS};
+use super::slots::{READ_BATCH, SLOT_TIERS};
 use super::sock::Dialled;
 use super::{Inner, Pair};
-pub(crate) use crate::darwin::family::{Family, SendPool};
-use crate::darwin::io::{port_sharing, share_port, PairRx, Sent};
+pub(crate) use crate::darwin::family::{Family, PairReader, SendPool};
+use crate::darwin::io::{port_sharing, share_port, Sent};
 use crate::{err_closed, ReceiveFunc};
 
 /// `SO_SNDBUF` of each pair socket (`connectedBufSize`).
@@ -54,17 +54,16 @@ pub(super) fn family(d: Dialled, _v6: bool, offload: bool) -> Family {
     Family::connected(d.sock, batched)
 }
 
-/// Sends `bufs` on the pair socket; the result and how many datagrams the kernel accepted.
-pub(super) fn send(fam: &Family, pool: &SendPool, bufs: &[&[u8]]) -> (io::Result<()>, usize) {
+/// Sends `bufs` on the pair socket; the result, how many datagrams the kernel accepted and how
+/// many a full queue dropped.
+pub(super) fn send(
+    fam: &Family,
+    pool: &SendPool,
+    bufs: &[&[u8]],
+) -> (io::Result<()>, usize, usize) {
     let mut sent = Sent::default();
     let result = fam.send(pool, bufs, None, &mut sent);
-    if sent.dropped > 0 {
-        tracing::trace!(
-            dropped = sent.dropped,
-            "pair send queue full: datagrams dropped"
-        );
-    }
-    (result, sent.datagrams)
+    (result, sent.datagrams, sent.dropped)
 }
 
 /// The receive function for `pair`, the buffer size and the batch to ask the device for.
@@ -73,21 +72,14 @@ pub(super) fn receive_func(
     set: Weak<Inner>,
     max_datagram: usize,
 ) -> (ReceiveFunc, usize, usize) {
-    let mut rx = PairRx::new(pair.fam.batched, max_datagram);
+    let (remote, local) = (pair.key.remote, pair.key.local);
+    let mut reader = PairReader::new(pair.fam.batched, max_datagram, remote, local);
     let f: ReceiveFunc = Box::new(move |bufs, sizes, eps| {
-        if rx.take_pause() {
-            std::thread::sleep(COALESCE_DELAY);
-        }
-        let (remote, local) = (pair.key.remote, pair.key.local);
-        let r = pair.fam.read_loop(is_transient, |fd| {
-            let r = rx.read(fd, bufs, sizes, eps, remote, local);
-            if let Ok(read) = &r {
-                pair.used.store(true, Relaxed);
-                if let Some(set) = set.upgrade() {
-                    set.counters.received(read.datagrams, 0, read.oversize);
-                }
+        let r = reader.read(&pair.fam, bufs, sizes, eps, |read| {
+            pair.used.store(true, Relaxed);
+            if let Some(set) = set.upgrade() {
+                set.counters.received(read.datagrams, 0, read.oversize);
             }
-            r
         });
         match r {
             Err(e) if !crate::is_err_closed(&e) => {

@@ -28,7 +28,7 @@ pub(super) type SendPool = Mutex<Vec<SendScratch>>;
 ///
 /// Linux only lets sockets of the same effective UID join a reuse-port group, so another user
 /// cannot bind the port and steal traffic. `SO_REUSEADDR` is deliberately not set: UDP sockets
-/// that all set it share a port without that user check (`docs/design-notes.md`).
+/// that all set it share a port without that user check.
 pub fn reuse_port_control(sock: &Socket) -> io::Result<()> {
     sock.set_reuse_port(true)
 }
@@ -74,12 +74,16 @@ pub(super) fn family(d: Dialled, v6: bool, _offload: bool) -> Family {
     }
 }
 
-/// Sends `bufs` on the pair socket with `sendmmsg` and UDP GSO; the result and how many
-/// datagrams the kernel accepted.
-pub(super) fn send(fam: &Family, pool: &SendPool, bufs: &[&[u8]]) -> (io::Result<()>, usize) {
+/// Sends `bufs` on the pair socket with `sendmmsg` and UDP GSO; the result, how many datagrams
+/// the kernel accepted, and how many were dropped (none: a zero accept is an error here).
+pub(super) fn send(
+    fam: &Family,
+    pool: &SendPool,
+    bufs: &[&[u8]],
+) -> (io::Result<()>, usize, usize) {
     let mut sent = Sent::default();
     let result = fam.send_batch(pool, bufs, None, &mut sent, |batch, sock, _, b, p| {
         batch.send_connected(sock.as_fd(), b, p)
     });
-    (result, sent.datagrams)
+    (result, sent.datagrams, 0)
 }

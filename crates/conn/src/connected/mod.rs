@@ -129,6 +129,8 @@ pub struct ConnectedStats {
     pub gro_super_datagrams: u64,
     /// Datagrams lost because they overflowed a receive slot.
     pub oversize_drops: u64,
+    /// Datagrams dropped because a batched send on a pair socket accepted none of them.
+    pub send_drops: u64,
 }
 
 /// Cumulative counters, shared with the owner so they outlive one set.
@@ -140,6 +142,7 @@ pub(crate) struct Counters {
     received: AtomicU64,
     gro: AtomicU64,
     oversize: AtomicU64,
+    send_drops: AtomicU64,
     open: AtomicU64,
 }
 
@@ -165,6 +168,7 @@ impl Counters {
             datagrams_received: self.received.load(Relaxed),
             gro_super_datagrams: self.gro.load(Relaxed),
             oversize_drops: self.oversize.load(Relaxed),
+            send_drops: self.send_drops.load(Relaxed),
         }
     }
 }
@@ -742,9 +746,10 @@ fn is_lost_source(errno: i32, linux: bool) -> bool {
 impl Pair {
     /// Sends `bufs` on this socket, batched where the platform can (see [`os::send`]).
     fn send(&self, set: &Inner, bufs: &[&[u8]]) -> io::Result<()> {
-        let (result, sent) = os::send(&self.fam, &set.send_pool, bufs);
+        let (result, sent, dropped) = os::send(&self.fam, &set.send_pool, bufs);
         self.used.store(true, Relaxed);
         add(&set.counters.sent, sent);
+        add(&set.counters.send_drops, dropped);
         result
     }
 }

@@ -14,12 +14,11 @@ use std::sync::{Arc, Weak};
 
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
+use super::slots::{initial_tier, is_transient, should_pause, COALESCE_DELAY};
+pub(super) use super::slots::{READ_BATCH, SLOT_TIERS};
 use super::{canonical, Inner, Pair};
 use crate::linux::segments::{split, Layout, GRO_SEGMENTS};
 use crate::{err_closed, Endpoint, ReceiveFunc, StickySource};
-
-use super::slots::{initial_tier, is_transient, should_pause, COALESCE_DELAY};
-pub(super) use super::slots::{READ_BATCH, SLOT_TIERS};
 
 /// The state behind one pair socket's receive function.
 pub(super) struct PairReader {

@@ -1,6 +1,6 @@
-//! Reading rules every pair reader shares (reference: connected-socket receive): the batch it
-//! asks the device for, the slot tiers a socket grows through after an oversized datagram,
-//! the coalescing pause after a partial batch, and which errors a reader rides out.
+//! Reading rules every pair reader shares: the batch it asks the device for, the slot tiers a
+//! socket grows through after an oversized datagram, the coalescing pause after a partial
+//! batch, and which errors a reader rides out.
 
 use std::io;
 use std::time::Duration;

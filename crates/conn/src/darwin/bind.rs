@@ -168,9 +168,9 @@ impl Bind for StdNetBind {
             crate::ports::listen_pair(port, |v6, port| listen(v6, port, share, df), |s| s)?;
         let batched = dio::shared_batching(self.batched_io, vpn_darwinbatch::unconnected_supported);
         let family = |s: Socket| Family::shared(s, batched).map(Arc::new);
-        st.v4 = v4.map(family).transpose()?;
-        st.v6 = v6.map(family).transpose()?;
-        st.open = true;
+        // Both or neither: a failure here leaves nothing bound.
+        let (v4, v6) = (v4.map(family).transpose()?, v6.map(family).transpose()?);
+        (st.v4, st.v6, st.open) = (v4, v6, true);
         st.connected = self.new_connected(port);
         let fns = st
             .families()
@@ -202,9 +202,7 @@ impl Bind for StdNetBind {
             .fam
             .send(&self.send_pool, bufs, Some(route.dst), &mut sent);
         self.core.stats.send(sent.datagrams, 0);
-        if sent.dropped > 0 {
-            tracing::trace!(dst = %route.dst, dropped = sent.dropped, "send queue full: datagrams dropped");
-        }
+        self.core.stats.send_dropped(sent.dropped);
         result
     }
 

@@ -10,7 +10,7 @@
 //! a reused descriptor number.
 
 use std::io::{self, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,8 +20,9 @@ use socket2::Socket;
 use vpn_darwinbatch::Kernel;
 use vpn_sys::poll;
 
-use super::io::{self as dio, Fd, Next, Read, SendState, Sent};
-use crate::err_closed;
+use super::io::{self as dio, Fd, Next, PairRx, Read, SendState, Sent};
+use crate::connected::slots::{is_transient, COALESCE_DELAY};
+use crate::{err_closed, Endpoint};
 
 /// Batched send states, pooled so concurrent senders neither allocate nor serialise.
 pub(crate) type SendPool = Mutex<Vec<SendState>>;
@@ -169,11 +170,60 @@ impl Family {
     }
 }
 
+/// The reader of one connected pair socket: the coalescing pause after a partial batch, then
+/// reads into the device's buffers until something arrives (see [`PairRx`]).
+pub(crate) struct PairReader {
+    rx: PairRx,
+    remote: SocketAddr,
+    local: IpAddr,
+}
+
+impl PairReader {
+    /// For a socket bound to `local` and connected to `remote`; batched when `batched`.
+    pub(crate) fn new(
+        batched: bool,
+        max_datagram: usize,
+        remote: SocketAddr,
+        local: IpAddr,
+    ) -> Self {
+        PairReader {
+            rx: PairRx::new(batched, max_datagram),
+            remote,
+            local,
+        }
+    }
+
+    /// One receive function call on `fam`; `on_read` sees every socket read's outcome (for the
+    /// set's counters and the idle check's "used" mark). ICMP-reported errors are ridden out;
+    /// [`err_closed`] once the socket closes.
+    pub(crate) fn read(
+        &mut self,
+        fam: &Family,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+        mut on_read: impl FnMut(Read),
+    ) -> io::Result<usize> {
+        if self.rx.take_pause() {
+            std::thread::sleep(COALESCE_DELAY);
+        }
+        let (remote, local) = (self.remote, self.local);
+        fam.read_loop(is_transient, |fd| {
+            let r = self.rx.read(fd, bufs, sizes, eps, remote, local);
+            if let Ok(read) = &r {
+                on_read(*read);
+            }
+            r
+        })
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
     use crate::darwin::io::{shared_endpoint, Receiver, MAX_DATAGRAM};
-    use crate::{is_err_closed, Endpoint};
+    use crate::is_err_closed;
+    use std::net::UdpSocket;
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
@@ -211,6 +261,89 @@ mod tests {
         let r = rx
             .recv_timeout(Duration::from_secs(5))
             .expect("parked reader not woken by the wake-up pair");
+        assert!(is_err_closed(&r.unwrap_err()));
+    }
+
+    fn connected_pair() -> (Arc<Family>, UdpSocket) {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(peer.local_addr().unwrap()).unwrap();
+        peer.connect(sock.local_addr().unwrap()).unwrap();
+        let sock = Socket::from(sock);
+        sock.set_nonblocking(true).unwrap();
+        (Arc::new(Family::connected(sock, false)), peer)
+    }
+
+    fn pair_reader(fam: &Family, peer: &UdpSocket) -> PairReader {
+        let local = fam.sock.read().as_ref().unwrap().local_addr().unwrap();
+        let local = local.as_socket().unwrap().ip();
+        PairReader::new(false, 0, peer.local_addr().unwrap(), local)
+    }
+
+    /// One read of 8 buffers of 64 KiB: the datagrams kept (size > 0) and every read's outcome.
+    fn read_pair(fam: &Family, r: &mut PairReader) -> (Vec<(Vec<u8>, Endpoint)>, Vec<Read>) {
+        let mut storage = vec![vec![0u8; 65_535]; 8];
+        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let (mut sizes, mut eps) = (vec![0; 8], vec![Endpoint::default(); 8]);
+        let mut reads = Vec::new();
+        let n = r
+            .read(fam, &mut bufs, &mut sizes, &mut eps, |read| {
+                reads.push(read)
+            })
+            .unwrap();
+        let got = (0..n)
+            .filter(|&i| sizes[i] > 0)
+            .map(|i| (bufs[i][..sizes[i]].to_vec(), eps[i]))
+            .collect();
+        (got, reads)
+    }
+
+    #[test]
+    fn a_pair_reader_reads_its_socket_with_the_pair_as_endpoint_and_grows_after_a_cut_datagram() {
+        let (fam, peer) = connected_pair();
+        let mut r = pair_reader(&fam, &peer);
+        let local = r.local;
+        peer.send(&[1; 3000]).unwrap(); // cut to the first slot (2048): dropped, slot grows
+        peer.send(&[2; 3000]).unwrap();
+        let mut got = Vec::new();
+        let mut oversize = 0;
+        while got.is_empty() {
+            let (g, reads) = read_pair(&fam, &mut r);
+            oversize += reads.iter().map(|r| r.oversize).sum::<usize>();
+            got = g;
+        }
+        assert_eq!(oversize, 1);
+        let (data, ep) = &got[0];
+        assert_eq!(data, &vec![2; 3000]);
+        assert_eq!(ep.dst, peer.local_addr().unwrap());
+        assert_eq!(ep.src.map(|s| s.ip), Some(local));
+        // And back through the same socket, without a destination (write on a connected socket).
+        let pool = SendPool::default();
+        let mut sent = Sent::default();
+        fam.send(&pool, &[b"reply"], None, &mut sent).unwrap();
+        assert_eq!(sent.datagrams, 1);
+        let mut buf = [0u8; 16];
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(peer.recv(&mut buf).unwrap(), 5);
+    }
+
+    #[test]
+    fn closing_a_pair_socket_wakes_its_parked_reader_through_shutdown() {
+        let (fam, peer) = connected_pair();
+        let mut r = pair_reader(&fam, &peer);
+        let (tx, rx) = mpsc::channel();
+        let reader = fam.clone();
+        std::thread::spawn(move || {
+            let mut storage = [0u8; 2048];
+            let mut bufs: Vec<&mut [u8]> = vec![&mut storage[..]];
+            let (mut sizes, mut eps) = ([0usize], [Endpoint::default()]);
+            let _ = tx.send(r.read(&reader, &mut bufs, &mut sizes, &mut eps, |_| {}));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        fam.close();
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("parked pair reader not woken");
         assert!(is_err_closed(&r.unwrap_err()));
     }
 }
