@@ -27,8 +27,8 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc};
 use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
 use vpn_device::{Device, Logger, Options};
-use vpn_sys::daemon as sys;
 use vpn_ipc::Statistics;
+use vpn_sys::daemon as sys;
 use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
 
 #[cfg(target_os = "linux")]
