@@ -51,10 +51,7 @@ pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
             .with_dont_fragment(env_flag("VPN_DONT_FRAGMENT"))
             .with_connected_options(connected),
     );
-    let opts = Options {
-        receive_pool_bytes: receive_pool_bytes(connected),
-        ..Options::default()
-    };
+    let opts = Options::default().with_receive_pool_bytes(receive_pool_bytes(connected));
     Ok(Parts {
         tun,
         name,
