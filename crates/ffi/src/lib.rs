@@ -303,13 +303,12 @@ pub unsafe extern "C" fn wgUapiFromConfig(config: *const c_char) -> *mut c_char 
 /// WireGuardKit does), to pass to [`wgTurnOn`]; -1 if there is none or off Apple systems.
 #[no_mangle]
 pub extern "C" fn wgFindUtunFd() -> i32 {
-    guard("wgFindUtunFd", -1, || {
-        #[cfg(target_vendor = "apple")]
-        let fd = utun::find_utun_fd(&utun::SystemFds);
-        #[cfg(not(target_vendor = "apple"))]
-        let fd = None;
-        fd.unwrap_or(-1)
-    })
+    #[cfg(target_vendor = "apple")]
+    return guard("wgFindUtunFd", -1, || {
+        utun::find_utun_fd(&utun::SystemFds).unwrap_or(-1)
+    });
+    #[cfg(not(target_vendor = "apple"))]
+    -1
 }
 
 #[cfg(test)]
