@@ -15,6 +15,8 @@ help:
 	@echo "make netns         (root) the network-namespace suite: vpn, wireguard-go, boringtun-cli"
 	@echo "make lint          rustfmt check and clippy with warnings denied"
 	@echo "make check-darwin  type-check the darwin build for $(DARWIN_TARGETS)"
+	@echo "make ffi-darwin    the C ABI's libraries for $(DARWIN_TARGETS), exports checked"
+	@echo "make apple         (macOS) WireGuardFFI.xcframework for the network extension"
 	@echo "make bench         benchmarks (criterion)"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
 
@@ -52,6 +54,17 @@ check-darwin:
 		echo "== cargo check --target $$t"; \
 		$(CARGO) check --target $$t $(DARWIN_CRATES) --all-targets || exit 1; \
 	done
+
+# The C ABI (crates/ffi) as static and dynamic libraries for both darwin targets, linked with
+# zig from Linux; llvm-nm checks that every wg* function of the header is exported.
+.PHONY: ffi-darwin apple
+ffi-darwin:
+	bash scripts/ffi-darwin.sh
+
+# On a Mac: the universal static library and header as WireGuardFFI.xcframework
+# (docs/embedding.md). APPSTORE=1 leaves out the private batch calls.
+apple:
+	bash scripts/apple-xcframework.sh
 
 bench:
 	$(CARGO) bench -p vpn-proto --bench aead

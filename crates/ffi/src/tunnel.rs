@@ -66,9 +66,12 @@ impl Tunnel {
         let tun = tun_from_fd(fd).map_err(TurnOnError::Tun)?;
         let name = tun.name().unwrap_or_else(|_| "tun".to_owned());
         let bind = Arc::new(vpn_conn::StdNetBind::new());
-        let opts = Options {
-            clock: crate::clock::device_clock(),
-            ..Options::default()
+        // Set field by field: Options may gain fields (non-exhaustive for other crates).
+        #[allow(clippy::field_reassign_with_default)]
+        let opts = {
+            let mut o = Options::default();
+            o.clock = crate::clock::device_clock();
+            o
         };
         let device = Arc::new(Device::with_options(
             tun,
