@@ -219,7 +219,7 @@ pub extern "C" fn wgDisableSomeRoamingForBrokenMobileSemantics(tun_handle: c_int
 /// The library's version, a static string (never freed).
 #[no_mangle]
 pub extern "C" fn wgVersion() -> *const c_char {
-    VERSION.as_ptr()
+    guard("wgVersion", VERSION.as_ptr(), || VERSION.as_ptr())
 }
 
 fn socket_fd(name: &str, tun_handle: c_int, v6: bool) -> c_int {
@@ -303,12 +303,15 @@ pub unsafe extern "C" fn wgUapiFromConfig(config: *const c_char) -> *mut c_char 
 /// WireGuardKit does), to pass to [`wgTurnOn`]; -1 if there is none or off Apple systems.
 #[no_mangle]
 pub extern "C" fn wgFindUtunFd() -> i32 {
+    guard("wgFindUtunFd", -1, || this_process_utun().unwrap_or(-1))
+}
+
+/// The utun fd among this process's descriptors; there is none off Apple systems.
+fn this_process_utun() -> Option<i32> {
     #[cfg(target_vendor = "apple")]
-    return guard("wgFindUtunFd", -1, || {
-        utun::find_utun_fd(&utun::SystemFds).unwrap_or(-1)
-    });
+    return utun::find_utun_fd(&utun::SystemFds);
     #[cfg(not(target_vendor = "apple"))]
-    -1
+    None
 }
 
 #[cfg(test)]
