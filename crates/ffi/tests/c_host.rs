@@ -55,7 +55,9 @@ fn host_binary(static_link: bool) -> &'static str {
     let cell = if static_link { &STATIC } else { &DYNAMIC };
     cell.get_or_init(|| {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let lib = profile_dir();
+        // `cargo test` leaves the static and dynamic library in deps/ (only `cargo build`
+        // copies them up a level).
+        let lib = profile_dir().join("deps");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if static_link {
             "c-host-static"
         } else {
