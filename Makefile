@@ -3,7 +3,7 @@
 CARGO ?= cargo
 DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 # Crates that build for darwin (the Linux-only shims and tests are left out).
-DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-device
+DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-ipc -p vpn-device -p vpn-wireguard -p vpn-ffi
 FUZZ_SECONDS ?= 10
 
 .PHONY: help build demo test netns lint fmt check-darwin bench fuzz-smoke netns-connected clean

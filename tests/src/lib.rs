@@ -117,12 +117,9 @@ impl Node {
         let underlay = IpAddr::from([198, 18, 0, n]);
         let bind = Arc::new(net.bind(underlay, batch));
         let (tun, handle) = MemoryTun::new(&format!("mem{n}"), 1420, batch);
-        let mut opts = Options {
-            workers,
-            ..Options::default()
-        };
+        let mut opts = Options::default().with_workers(workers);
         if let Some(c) = clock {
-            opts.clock = c;
+            opts = opts.with_clock(c);
         }
         let dev = Device::with_options(
             Arc::new(tun),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use vpn_conn::memory::MemoryNetwork;
 use vpn_device::uapi::{IPC_ERROR_INVALID, IPC_ERROR_PORT_IN_USE, IPC_ERROR_PROTOCOL};
 use vpn_device::{Device, Logger};
+use vpn_ipc::{AllowedIp, Change, Endpoint, PeerChange};
 use vpn_tests::private_key;
 use vpn_tun::memory::MemoryTun;
 
@@ -167,7 +168,7 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
     ];
     for (cfg, code) in cases {
         let e = dev.ipc_set(&cfg).expect_err(&cfg);
-        assert_eq!(e.code, code, "{cfg}: {e}");
+        assert_eq!(e.code(), code, "{cfg}: {e}");
     }
     // A port in use: another bind on the same network address holds it.
     let squatter = net.bind("198.18.1.1".parse().unwrap(), 1);
@@ -175,7 +176,7 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
     let (_f, port) = squatter.open(0).unwrap();
     dev.up().unwrap();
     let e = dev.ipc_set(&format!("listen_port={port}")).unwrap_err();
-    assert_eq!(e.code, IPC_ERROR_PORT_IN_USE);
+    assert_eq!(e.code(), IPC_ERROR_PORT_IN_USE);
     // Processing stopped at the first error, but what came before stayed applied.
     let key = private_key();
     let e = dev
@@ -184,7 +185,7 @@ fn every_error_path_reports_and_leaves_the_device_usable() {
             key.to_hex()
         ))
         .unwrap_err();
-    assert_eq!(e.code, IPC_ERROR_INVALID);
+    assert_eq!(e.code(), IPC_ERROR_INVALID);
     let out = dev.ipc_get().unwrap();
     assert!(out.contains(&format!("private_key={}", key.to_hex())));
     assert!(out.contains("fwmark=7\n"));
@@ -310,4 +311,75 @@ fn framing_of_a_uapi_connection() {
     )
     .unwrap();
     assert!(out.is_empty());
+}
+
+fn prefix(s: &str) -> AllowedIp {
+    s.parse().unwrap()
+}
+
+#[test]
+fn typed_change_applies_in_order_up_to_the_first_error() {
+    let net = MemoryNetwork::new();
+    let dev = device(&net);
+    let own = private_key();
+    let (p1, p2) = (private_key().public_key(), private_key().public_key());
+    let change = Change::new()
+        .private_key(own.clone())
+        .fwmark(7)
+        // Our own public key: a dummy section, nothing is created.
+        .peer(PeerChange::new(own.public_key()).allowed_ip(prefix("10.9.0.0/16")))
+        .peer(
+            PeerChange::new(p1)
+                .allowed_ip(prefix("10.0.0.0/8"))
+                // The bind refuses this endpoint: the change stops here.
+                .endpoint(Endpoint::text("nowhere").unwrap())
+                .allowed_ip(prefix("10.1.0.0/16")),
+        )
+        .peer(PeerChange::new(p2));
+    let e = dev.configure(&change).unwrap_err();
+    assert_eq!(e.code(), IPC_ERROR_INVALID, "{e}");
+    let st = dev.state();
+    assert_eq!(st.private_key.as_ref(), Some(&own));
+    assert_eq!(st.fwmark, 7);
+    assert_eq!(st.peers.len(), 1, "{st:?}");
+    assert_eq!(st.peers[0].public_key, p1);
+    assert_eq!(st.peers[0].allowed_ips, [prefix("10.0.0.0/8")]);
+    // update_only on an unknown peer changes nothing; remove deletes.
+    dev.configure(
+        &Change::new().peer(
+            PeerChange::new(p2)
+                .update_only()
+                .persistent_keepalive_interval(5),
+        ),
+    )
+    .unwrap();
+    dev.configure(&Change::new().peer(PeerChange::new(p1).remove()))
+        .unwrap();
+    assert!(dev.state().peers.is_empty());
+}
+
+#[test]
+fn set_text_and_its_typed_change_have_the_same_effect() {
+    let net = MemoryNetwork::new();
+    let (text_dev, typed_dev) = (device(&net), device(&net));
+    let (p1, p2) = (private_key().public_key(), private_key().public_key());
+    let text = format!(
+        "private_key={}\nfwmark=9\npublic_key={}\nendpoint=198.18.0.9:1\nallowed_ip=10.0.0.0/8\n\
+         allowed_ip=10.2.0.0/16\nallowed_ip=-10.0.0.0/8\npersistent_keepalive_interval=25\n\
+         public_key={}\nreplace_allowed_ips=true\nallowed_ip=fd00::/8\nallowed_ip=bad\nallowed_ip=fd01::/16\n",
+        private_key().to_hex(),
+        p1.to_hex(),
+        p2.to_hex()
+    );
+    let text_err = text_dev.ipc_set(&text).unwrap_err();
+    let (change, parse_err) = Change::parse_partial(&text);
+    typed_dev.configure(&change).unwrap();
+    assert_eq!(parse_err.as_ref(), Some(&text_err));
+    let (a, b) = (text_dev.state(), typed_dev.state());
+    assert_eq!(
+        (&a.private_key, a.fwmark, &a.peers),
+        (&b.private_key, b.fwmark, &b.peers)
+    );
+    assert_eq!(a.peers[0].allowed_ips, [prefix("10.2.0.0/16")]);
+    assert_eq!(a.peers[1].allowed_ips, [prefix("fd00::/8")]);
 }

@@ -26,10 +26,10 @@ use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
 /// Extra receive-pool bytes with connected sockets on: room for 16 pair readers, each of which
 /// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
 const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
-use vpn_device::clock::{Clock, Counter, CycleClock};
+use vpn_device::clock::{BootTimeClock, Clock, Counter, CycleClock};
 use vpn_device::sched::Scheduling;
 use vpn_device::{Device, Logger, Options};
-use vpn_proto::time::Instant;
+use vpn_ipc::Statistics;
 use vpn_sys::cycles::{TimeJumps, Tsc};
 use vpn_sys::daemon as sys;
 use vpn_tun::{Device as _, LinuxTun, TunStats};
@@ -39,19 +39,6 @@ use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
 const DEFAULT_MTU: u32 = 1420;
 /// The environment variable naming the child's readiness fd.
 const READY_FD_ENV: &str = "VPN_DAEMON_READY_FD";
-
-/// A suspend-aware clock: CLOCK_BOOTTIME counts time spent asleep, so the 120/180/540 s key
-/// timers expire on time after a laptop resumes (CLOCK_MONOTONIC would stretch them).
-pub struct BootTimeClock;
-
-impl Clock for BootTimeClock {
-    fn now(&self) -> Instant {
-        // A day ahead, as the device's default clock does, so that "long ago" (zero) is long
-        // ago even on a machine that booted a minute ago.
-        let d = sys::boottime() + Duration::from_secs(86_400);
-        Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-}
 
 /// The daemon's clock: CLOCK_BOOTTIME, interpolated with the TSC where the kernel keeps time
 /// with it (a lone packet then reads no kernel page for the time; `vpn_device::clock::CycleClock`).
@@ -265,18 +252,20 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
     // and for comparisons.
     let udp_offload = std::env::var("VPN_UDP_OFFLOAD").map_or(true, |v| v != "0");
     let bind = Arc::new(StdNetBind::with_offload(udp_offload).with_connected_options(connected));
-    let opts = Options {
-        clock: daemon_clock(),
-        receive_pool_bytes: vpn_device::DEFAULT_RECEIVE_POOL_BYTES
-            + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
+    let opts = Options::default()
+        .with_clock(daemon_clock())
+        .with_receive_pool_bytes(
+            vpn_device::DEFAULT_RECEIVE_POOL_BYTES
+                + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
+        )
         // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
-        scheduling: std::env::var("VPN_SCHED_BATCH")
-            .map_or(true, |v| v != "0")
-            .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
+        .with_scheduling(
+            std::env::var("VPN_SCHED_BATCH")
+                .map_or(true, |v| v != "0")
+                .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
+        )
         // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
-        datagram_yield: std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"),
-        ..Options::default()
-    };
+        .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"));
     let dev = Arc::new(Device::with_options(
         tun.clone(),
         bind.clone(),
@@ -332,14 +321,13 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
 
 /// The `tun.*` and `bind.*` lines of the `stats=1` reply.
 fn stats_fn(tun: Arc<LinuxTun>, bind: Arc<StdNetBind>) -> StatsFn {
-    Box::new(move |out: &mut String| {
+    Box::new(move |out: &mut Statistics| {
         write_tun_stats(&tun.stats(), tun.offload_enabled(), tun.uso_enabled(), out);
         write_bind_stats(&bind.stats(), bind.offloads(), out);
     })
 }
 
-fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut String) {
-    use std::fmt::Write as _;
+fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut Statistics) {
     let lines: [(&str, u64); 9] = [
         ("offload", u64::from(offload)),
         ("uso", u64::from(uso)),
@@ -351,13 +339,10 @@ fn write_tun_stats(s: &TunStats, offload: bool, uso: bool, out: &mut String) {
         ("packets_written", s.packets_written),
         ("gro_coalesced", s.gro_coalesced),
     ];
-    for (k, v) in lines {
-        let _ = writeln!(out, "tun.{k}={v}");
-    }
+    out.push_group("tun", lines);
 }
 
-fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mut String) {
-    use std::fmt::Write as _;
+fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mut Statistics) {
     let lines: [(&str, u64); 12] = [
         ("recv_calls", s.recv_calls),
         ("datagrams_received", s.datagrams_received),
@@ -375,17 +360,11 @@ fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mu
             s.connected_datagrams_received,
         ),
     ];
-    for (k, v) in lines {
-        let _ = writeln!(out, "bind.{k}={v}");
-    }
+    out.push_group("bind", lines);
     for (fam, o) in ["v4", "v6"].iter().zip(offloads) {
         if let Some((gso, gro)) = o {
-            let _ = writeln!(
-                out,
-                "bind.{fam}_gso={}\nbind.{fam}_gro={}",
-                u64::from(gso),
-                u64::from(gro)
-            );
+            out.push("bind", &format!("{fam}_gso"), u64::from(gso));
+            out.push("bind", &format!("{fam}_gro"), u64::from(gro));
         }
     }
 }
@@ -395,31 +374,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn boottime_clock_is_monotonic_and_far_from_zero() {
-        let a = BootTimeClock.now();
-        std::thread::sleep(Duration::from_millis(2));
-        let b = BootTimeClock.now();
-        assert!(b.as_nanos() >= a.as_nanos() + 2_000_000);
-        assert!(
-            a.as_nanos() >= 86_400 * 1_000_000_000,
-            "zero is a day in the past"
-        );
-    }
-
-    #[test]
     fn tun_and_bind_lines() {
-        let mut out = String::new();
+        let mut st = Statistics::new();
         let t = TunStats {
             reads: 3,
             gro_coalesced: 9,
             ..TunStats::default()
         };
-        write_tun_stats(&t, true, false, &mut out);
+        write_tun_stats(&t, true, false, &mut st);
         let b = BindStats {
             gso_messages: 4,
             ..BindStats::default()
         };
-        write_bind_stats(&b, [Some((true, false)), None], &mut out);
+        write_bind_stats(&b, [Some((true, false)), None], &mut st);
+        let out = st.to_string();
         for want in [
             "tun.offload=1\n",
             "tun.uso=0\n",
@@ -433,9 +401,7 @@ mod tests {
             assert!(out.contains(want), "{want} missing in {out}");
         }
         assert!(!out.contains("v6"));
-        assert!(out.lines().all(|l| l
-            .split_once('=')
-            .is_some_and(|(_, v)| v.parse::<u64>().is_ok())));
+        assert_eq!(out.parse::<Statistics>().unwrap(), st, "reads back");
     }
 
     #[test]

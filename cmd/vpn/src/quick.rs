@@ -765,7 +765,11 @@ pub fn down(args: &Args) -> Result<(), Error> {
 
     // The device's view decides which rules exist, as wg-quick asks `wg show`.
     let running = client::get(&uapi_dir(), ifname)
-        .map(|dump| Config::from_uapi_get(&dump, &t.config.interface));
+        .and_then(|dump| {
+            dump.parse::<vpn_ipc::DeviceState>()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        })
+        .map(|state| Config::from_state(&state, &t.config.interface));
     if t.config.interface.save_config {
         let running = running
             .as_ref()

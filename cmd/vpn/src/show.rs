@@ -4,11 +4,10 @@
 //! A peer that never completed a handshake shows no "latest handshake" line (never a date
 //! 55 years ago), as `wg` does for `last_handshake_time_sec=0`.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
-use vpn_proto::keys::{PrivateKey, PublicKey};
+use vpn_ipc::{DeviceState, Statistics};
 use vpn_uapi::client;
 
 /// Arguments of `vpn show`.
@@ -84,7 +83,7 @@ fn show_one(dir: &Path, name: &str, now: u64) -> Result<String, crate::Error> {
     let stats = client::request(dir, name, "stats")
         .ok()
         .filter(|r| r.errno == 0)
-        .map(|r| parse_stats(&r.body));
+        .and_then(|r| r.body.parse::<Statistics>().ok());
     let mut out = format_interface(&iface, now);
     if let Some(s) = stats {
         out.push('\n');
@@ -116,54 +115,34 @@ struct Peer {
     keepalive: u16,
 }
 
-fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, crate::Error> {
-    v.parse()
-        .map_err(|_| format!("bad value in UAPI dump: {key}={v}").into())
-}
-
-/// Parses a `get=1` dump (without the errno trailer). Unknown keys are skipped.
+/// Parses a `get=1` dump (without the errno trailer) through the typed model.
 fn parse_dump(name: &str, dump: &str) -> Result<Interface, crate::Error> {
-    let mut iface = Interface {
-        name: name.to_owned(),
-        ..Interface::default()
-    };
-    for line in dump.lines().filter(|l| !l.is_empty()) {
-        let (k, v) = line
-            .split_once('=')
-            .ok_or_else(|| format!("bad line in UAPI dump: {line:?}"))?;
-        let bad_key = |_| format!("bad key in UAPI dump: {k}");
-        match (k, iface.peers.last_mut()) {
-            ("public_key", _) => iface.peers.push(Peer {
-                public_key: PublicKey::from_hex(v).map_err(bad_key)?.to_base64(),
-                ..Peer::default()
-            }),
-            ("private_key", None) => {
-                iface.public_key = Some(
-                    PrivateKey::from_hex(v)
-                        .map_err(bad_key)?
-                        .public_key()
-                        .to_base64(),
-                )
-            }
-            ("listen_port", None) => iface.listen_port = num(k, v)?,
-            ("fwmark", None) => iface.fwmark = num(k, v)?,
-            ("preshared_key", Some(p)) => {
-                p.preshared_key = v.bytes().any(|b| b != b'0');
-            }
-            ("endpoint", Some(p)) => p.endpoint = Some(v.to_owned()),
-            ("allowed_ip", Some(p)) => p.allowed_ips.push(v.to_owned()),
-            ("last_handshake_time_sec", Some(p)) => p.last_handshake = num(k, v)?,
-            ("rx_bytes", Some(p)) => p.rx = num(k, v)?,
-            ("tx_bytes", Some(p)) => p.tx = num(k, v)?,
-            ("persistent_keepalive_interval", Some(p)) => p.keepalive = num(k, v)?,
-            _ => {}
-        }
-    }
-    // `wg show` lists the most recently active peers first.
-    iface
+    let state: DeviceState = dump
+        .parse()
+        .map_err(|e: vpn_ipc::IpcError| format!("bad UAPI dump: {}", e.message()))?;
+    let mut peers: Vec<Peer> = state
         .peers
-        .sort_by_key(|p| std::cmp::Reverse(p.last_handshake));
-    Ok(iface)
+        .iter()
+        .map(|p| Peer {
+            public_key: p.public_key.to_base64(),
+            preshared_key: !p.preshared_key.is_zero(),
+            endpoint: p.endpoint.as_ref().map(|e| e.to_text()),
+            allowed_ips: p.allowed_ips.iter().map(|a| a.to_string()).collect(),
+            last_handshake: p.last_handshake_time.map_or(0, |t| t.as_secs()),
+            rx: p.rx_bytes,
+            tx: p.tx_bytes,
+            keepalive: p.persistent_keepalive_interval,
+        })
+        .collect();
+    // `wg show` lists the most recently active peers first.
+    peers.sort_by_key(|p| std::cmp::Reverse(p.last_handshake));
+    Ok(Interface {
+        name: name.to_owned(),
+        public_key: state.private_key.map(|k| k.public_key().to_base64()),
+        listen_port: state.listen_port,
+        fwmark: state.fwmark,
+        peers,
+    })
 }
 
 /// The `wg show` text of one interface.
@@ -264,16 +243,6 @@ fn bytes(n: u64) -> String {
     format!("{v:.2} {}", UNITS[unit])
 }
 
-/// `key=value` lines of a `stats=1` reply; lines that do not parse are skipped.
-fn parse_stats(body: &str) -> HashMap<String, u64> {
-    body.lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            Some((k.to_owned(), v.parse().ok()?))
-        })
-        .collect()
-}
-
 fn per(a: u64, b: u64) -> f64 {
     if b == 0 {
         0.0
@@ -288,8 +257,8 @@ fn percent(a: u64, b: u64) -> f64 {
 
 /// The "batching:" section: how many packets each system call moved, how much of the
 /// traffic used the kernel's segmentation offloads, and why packets were dropped.
-fn format_batching(st: &HashMap<String, u64>) -> String {
-    let g = |k: &str| st.get(k).copied().unwrap_or(0);
+fn format_batching(st: &Statistics) -> String {
+    let g = |k: &str| st.get(k).unwrap_or(0);
     let mut s = String::from("batching:\n");
     let (reads, pkts) = (g("device.tun_reads"), g("device.tun_packets_read"));
     let _ = write!(
@@ -297,7 +266,7 @@ fn format_batching(st: &HashMap<String, u64>) -> String {
         "  tun read: {reads} calls, {:.2} packets per read",
         per(pkts, reads)
     );
-    if st.contains_key("tun.gso_splits") {
+    if st.get("tun.gso_splits").is_some() {
         let _ = write!(
             s,
             ", {:.1}% split from GSO super-packets",
@@ -311,7 +280,7 @@ fn format_batching(st: &HashMap<String, u64>) -> String {
         "  tun write: {writes} calls, {:.2} packets per write",
         per(wpkts, writes)
     );
-    if st.contains_key("tun.gro_coalesced") {
+    if st.get("tun.gro_coalesced").is_some() {
         let _ = write!(
             s,
             ", {:.1}% merged by GRO",
@@ -325,7 +294,7 @@ fn format_batching(st: &HashMap<String, u64>) -> String {
         "  udp receive: {recvs} calls, {:.2} datagrams per call",
         per(dgrams, recvs)
     );
-    if st.contains_key("bind.gro_super_datagrams") {
+    if st.get("bind.gro_super_datagrams").is_some() {
         let _ = write!(s, ", {} GRO super-datagrams", g("bind.gro_super_datagrams"));
     }
     s.push('\n');
@@ -335,7 +304,7 @@ fn format_batching(st: &HashMap<String, u64>) -> String {
         "  udp send: {sends} calls, {:.2} datagrams per call",
         per(sent, sends)
     );
-    if st.contains_key("bind.gso_messages") {
+    if st.get("bind.gso_messages").is_some() {
         let _ = write!(s, ", {} GSO messages", g("bind.gso_messages"));
     }
     s.push('\n');
@@ -358,11 +327,11 @@ fn format_batching(st: &HashMap<String, u64>) -> String {
     );
     let mut drops: Vec<(String, u64)> = st
         .iter()
-        .filter_map(|(k, &v)| {
+        .filter_map(|(k, v)| {
             let name = k
                 .strip_prefix("device.drop_")
                 .map(str::to_owned)
-                .or_else(|| match k.as_str() {
+                .or_else(|| match k {
                     "device.send_errors" => Some("send error".to_owned()),
                     "tun.too_many_segments" => Some("too many segments".to_owned()),
                     "bind.truncated_drops" => Some("truncated".to_owned()),
@@ -472,8 +441,8 @@ mod tests {
                     device.send_calls=5\ndevice.datagrams_sent=250\ndevice.handshakes_sent=2\n\
                     device.drop_replay=3\ndevice.drop_no_route=0\ntun.reads=10\ntun.gso_splits=5\n\
                     tun.packets_written=100\ntun.gro_coalesced=90\nbind.gso_messages=4\nbind.gro_super_datagrams=6\n\
-                    bind.truncated_drops=1\nnot a line\nbad=x\n";
-        let text = format_batching(&parse_stats(body));
+                    bind.truncated_drops=1\n";
+        let text = format_batching(&body.parse().unwrap());
         assert_eq!(
             text,
             "batching:\n  tun read: 10 calls, 25.00 packets per read, 50.0% split from GSO super-packets\n\
@@ -486,10 +455,10 @@ mod tests {
             "{body}bind.connected_open=3\nbind.connected_dials=4\nbind.connected_datagrams_sent=70\n\
              bind.connected_datagrams_received=80\n"
         );
-        assert!(format_batching(&parse_stats(&with_connected)).contains(
+        assert!(format_batching(&with_connected.parse().unwrap()).contains(
             "\n  connected sockets: 3 open, 4 dialled, 70 datagrams sent and 80 received on them\n"
         ));
-        let empty = format_batching(&HashMap::new());
+        let empty = format_batching(&Statistics::new());
         assert!(
             empty.contains("0 calls, 0.00 packets per read\n") && empty.ends_with("drops: none\n"),
             "{empty}"

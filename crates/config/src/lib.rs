@@ -3,9 +3,9 @@
 //! One file holds two kinds of keys: the ones `wg setconf` understands (keys, port, fwmark,
 //! peers) and the ones only wg-quick acts on (addresses, DNS, MTU, routing table, hooks,
 //! SaveConfig). [`parse`] reads both, refusing bad input with the line it is on, so `vpn up`
-//! can fail before it touches the system; [`Config::to_uapi`] turns the `wg` half into the UAPI
-//! `set` body; [`Config::from_uapi_get`] and [`Config::render`] write a running interface back
-//! as a file for SaveConfig.
+//! can fail before it touches the system; [`Config::to_change`] turns the `wg` half into a typed
+//! UAPI change (`vpn-ipc`, which renders the `set` body); [`Config::from_state`] and
+//! [`Config::render`] write a running interface back as a file for SaveConfig.
 #![forbid(unsafe_code)]
 
 mod error;

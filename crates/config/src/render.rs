@@ -147,7 +147,7 @@ mod tests {
             "01".repeat(32),
             "00".repeat(32)
         );
-        let running = Config::from_uapi_get(&dump, &c.interface);
+        let running = Config::from_state(&dump.parse().unwrap(), &c.interface);
         let back = parse(&running.render()).unwrap();
         assert_eq!(back, running);
         assert_eq!(back.interface.listen_port, Some(40001));

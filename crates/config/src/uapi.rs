@@ -1,41 +1,37 @@
-//! Conversion to and from the UAPI text protocol (reference-behaviour §2.16).
+//! Conversion to and from the typed UAPI model (`vpn-ipc`), which owns the text.
 
-use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
 
-use vpn_proto::keys::{PresharedKey, PrivateKey, PublicKey};
+use vpn_ipc::{AllowedIp, Change, DeviceState, PeerChange};
 
 use crate::error::ConfigError;
 use crate::types::{Endpoint, IpPrefix};
 use crate::{Config, Interface, Peer};
 
 impl Config {
-    /// The body of a UAPI `set` that makes the device match this file, as `wg setconf` sends
-    /// it: device keys, `replace_peers=true`, then each peer with `replace_allowed_ips=true`.
+    /// The change that makes the device match this file, as `wg setconf` sends it: device
+    /// keys, `replace_peers`, then each peer with `replace_allowed_ips` and its allowed IPs.
     ///
     /// `resolve` turns an endpoint's host and port into an address (hostnames are looked up
-    /// once, here, as `wg` does). The body has one `key=value` per line and no terminating
-    /// blank line. Allowed IPs are sent masked, as the device stores them.
-    pub fn to_uapi(
+    /// once, here, as `wg` does). Allowed IPs are sent masked, as the device stores them.
+    pub fn to_change(
         &self,
         resolve: impl Fn(&str, u16) -> io::Result<SocketAddr>,
-    ) -> Result<String, ConfigError> {
+    ) -> Result<Change, ConfigError> {
         let i = &self.interface;
-        let mut out = String::new();
-        // Writing to a String cannot fail; the results are ignored for that reason.
-        let _ = writeln!(out, "private_key={}", i.private_key.to_hex());
+        let mut change = Change::new().private_key(i.private_key.clone());
         if let Some(port) = i.listen_port {
-            let _ = writeln!(out, "listen_port={port}");
+            change = change.listen_port(port);
         }
         if let Some(mark) = i.fwmark {
-            let _ = writeln!(out, "fwmark={mark}");
+            change = change.fwmark(mark);
         }
-        out.push_str("replace_peers=true\n");
+        change = change.replace_peers();
         for p in &self.peers {
-            let _ = writeln!(out, "public_key={}", p.public_key.to_hex());
+            let mut peer = PeerChange::new(p.public_key);
             if let Some(psk) = &p.preshared_key {
-                let _ = writeln!(out, "preshared_key={}", psk.to_hex());
+                peer = peer.preshared_key(psk.clone());
             }
             if let Some(ep) = &p.endpoint {
                 let addr = resolve(ep.host(), ep.port()).map_err(|e| {
@@ -44,84 +40,66 @@ impl Config {
                         format!("peer {}: cannot resolve endpoint `{ep}`: {e}", p.public_key),
                     )
                 })?;
-                let _ = writeln!(out, "endpoint={addr}");
+                peer = peer.endpoint(addr);
             }
             if let Some(ka) = p.persistent_keepalive {
-                let _ = writeln!(out, "persistent_keepalive_interval={ka}");
+                peer = peer.persistent_keepalive_interval(ka);
             }
-            out.push_str("replace_allowed_ips=true\n");
+            peer = peer.replace_allowed_ips();
             for ip in &p.allowed_ips {
-                let _ = writeln!(out, "allowed_ip={}", ip.masked());
+                let m = ip.masked();
+                // An IpPrefix's length is always within its family's width.
+                if let Some(a) = AllowedIp::new(m.addr(), m.prefix_len()) {
+                    peer = peer.allowed_ip(a);
+                }
             }
+            change = change.peer(peer);
         }
-        Ok(out)
+        Ok(change)
     }
 
-    /// The running configuration from a UAPI `get` dump, with the wg-quick-only settings
-    /// (addresses, DNS, MTU, table, hooks, SaveConfig) taken from `interface_extras`.
+    /// The body of a UAPI `set` for [`to_change`](Self::to_change): one `key=value` per line
+    /// and no terminating blank line.
+    pub fn to_uapi(
+        &self,
+        resolve: impl Fn(&str, u16) -> io::Result<SocketAddr>,
+    ) -> Result<String, ConfigError> {
+        Ok(self.to_change(resolve)?.to_string())
+    }
+
+    /// The running configuration from a device's state (a parsed `get` dump), with the
+    /// wg-quick-only settings (addresses, DNS, MTU, table, hooks, SaveConfig) taken from
+    /// `interface_extras`.
     ///
-    /// Lines that are not understood (statistics, unknown keys, malformed values) are skipped:
-    /// the dump comes from the daemon, and saving what can be read beats saving nothing. A
-    /// dump without a private key keeps the one in `interface_extras`.
-    pub fn from_uapi_get(dump: &str, interface_extras: &Interface) -> Config {
+    /// A state without a private key keeps the one in `interface_extras`; zero values (port,
+    /// mark, preshared key, keepalive) are "not set".
+    pub fn from_state(state: &DeviceState, interface_extras: &Interface) -> Config {
         let mut interface = interface_extras.clone();
-        interface.listen_port = None;
-        interface.fwmark = None;
-        let mut peers: Vec<Peer> = Vec::new();
-        for line in dump.lines() {
-            let Some((key, value)) = line.split_once('=') else {
-                continue;
-            };
-            if key == "public_key" {
-                if let Ok(pk) = PublicKey::from_hex(value) {
-                    peers.push(Peer::new(pk));
-                }
-                continue;
-            }
-            match peers.last_mut() {
-                None => device_key(&mut interface, key, value),
-                Some(peer) => peer_key(peer, key, value),
-            }
+        if let Some(sk) = state.private_key.as_ref().filter(|k| !k.is_zero()) {
+            interface.private_key = sk.clone();
         }
+        interface.listen_port = Some(state.listen_port).filter(|&p| p != 0);
+        interface.fwmark = Some(state.fwmark).filter(|&m| m != 0);
+        let peers = state
+            .peers
+            .iter()
+            .map(|ps| {
+                let mut p = Peer::new(ps.public_key);
+                p.preshared_key = Some(ps.preshared_key.clone()).filter(|k| !k.is_zero());
+                p.endpoint = ps.endpoint.as_ref().and_then(|e| match e.addr() {
+                    Some(sa) => Some(Endpoint::from(sa)),
+                    None => e.to_text().parse().ok(),
+                });
+                p.persistent_keepalive = Some(ps.persistent_keepalive_interval).filter(|&n| n != 0);
+                p.allowed_ips = ps
+                    .allowed_ips
+                    .iter()
+                    .filter_map(|a| IpPrefix::new(a.addr(), a.cidr()))
+                    .collect();
+                p
+            })
+            .collect();
         Config { interface, peers }
-    }
-}
-
-fn device_key(i: &mut Interface, key: &str, value: &str) {
-    match key {
-        "private_key" => {
-            if let Ok(sk) = PrivateKey::from_hex(value) {
-                if !sk.is_zero() {
-                    i.private_key = sk;
-                }
-            }
-        }
-        "listen_port" => i.listen_port = value.parse().ok().filter(|&p| p != 0),
-        "fwmark" => i.fwmark = value.parse().ok().filter(|&m| m != 0),
-        _ => {}
-    }
-}
-
-fn peer_key(p: &mut Peer, key: &str, value: &str) {
-    match key {
-        "preshared_key" => {
-            p.preshared_key = PresharedKey::from_hex(value).ok().filter(|k| !k.is_zero());
-        }
-        "endpoint" => {
-            p.endpoint = match value.parse::<SocketAddr>() {
-                Ok(sa) => Some(Endpoint::from(sa)),
-                Err(_) => value.parse().ok(),
-            }
-        }
-        "persistent_keepalive_interval" => {
-            p.persistent_keepalive = value.parse().ok().filter(|&n| n != 0);
-        }
-        "allowed_ip" => {
-            if let Ok(ip) = value.parse::<IpPrefix>() {
-                p.allowed_ips.push(ip);
-            }
-        }
-        _ => {}
     }
 }
 
@@ -129,6 +107,7 @@ fn peer_key(p: &mut Peer, key: &str, value: &str) {
 mod tests {
     use super::*;
     use crate::parse;
+    use vpn_proto::keys::{PresharedKey, PrivateKey, PublicKey};
 
     fn text() -> String {
         format!(
@@ -183,14 +162,14 @@ mod tests {
         let dump = format!(
             "private_key={}\nlisten_port=40000\nfwmark=51820\n\
              public_key={}\npreshared_key={}\nprotocol_version=1\nendpoint=[fd00::9]:51821\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\ntx_bytes=92\nrx_bytes=0\npersistent_keepalive_interval=0\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n\
-             public_key={}\npreshared_key={}\nprotocol_version=1\nendpoint=198.18.0.7:1\npersistent_keepalive_interval=15\nbogus\nallowed_ip=nonsense\n",
+             public_key={}\npreshared_key={}\nprotocol_version=1\nendpoint=198.18.0.7:1\npersistent_keepalive_interval=15\nunknown_key=1\n",
             PrivateKey::from_bytes([9; 32]).to_hex(),
             "05".repeat(32),
             "00".repeat(32),
             "06".repeat(32),
             "07".repeat(32),
         );
-        let c = Config::from_uapi_get(&dump, &extras);
+        let c = Config::from_state(&dump.parse().unwrap(), &extras);
         assert_eq!(c.interface.private_key, PrivateKey::from_bytes([9; 32]));
         assert_eq!(c.interface.listen_port, Some(40000));
         assert_eq!(c.interface.fwmark, Some(51820));
@@ -210,7 +189,7 @@ mod tests {
         assert!(b.allowed_ips.is_empty());
 
         // No private key in the dump: the file's stays; no port or mark: none saved.
-        let c = Config::from_uapi_get("", &extras);
+        let c = Config::from_state(&DeviceState::new(), &extras);
         assert_eq!(c.interface.private_key, extras.private_key);
         assert_eq!(c.interface.listen_port, None);
         assert_eq!(c.interface.fwmark, None);

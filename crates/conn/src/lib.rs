@@ -7,23 +7,42 @@
 //! Everything moves in batches: a receive function fills up to `bufs.len()` datagrams per call,
 //! and [`Bind::send`] takes a whole batch for one endpoint so an implementation can use
 //! `sendmmsg` and UDP GSO.
+//!
+//! `StdNetBind` exists on Linux (`recvmmsg`/`sendmmsg`, UDP GSO/GRO, sticky sources) and on
+//! Apple targets (one datagram per call, or `recvmsg_x`/`sendmsg_x` with
+//! `with_batched_io`; `with_dont_fragment`; see `docs/darwin-bind.md`), both with the same
+//! [`connected`] sockets. [`memory`] is an in-process network for tests, on every platform.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+mod bind_core;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+pub mod connected;
+#[cfg(any(target_vendor = "apple", all(test, target_os = "linux")))]
+#[cfg_attr(not(target_vendor = "apple"), allow(dead_code))]
+mod darwin;
 mod endpoint;
 mod error;
 #[cfg(target_os = "linux")]
 mod linux;
 pub mod memory;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+mod ports;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+mod stats;
 
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+pub use connected::{ConnectedConfig, ConnectedOptions, ConnectedSockets, ConnectedStats};
+#[cfg(target_vendor = "apple")]
+pub use darwin::StdNetBind;
 pub use endpoint::{Endpoint, StickySource};
 pub use error::{err_closed, is_err_closed, ErrUdpGsoDisabled};
 #[cfg(target_os = "linux")]
-pub use linux::{
-    connected, BindStats, ConnectedConfig, ConnectedOptions, ConnectedSockets, ConnectedStats,
-    StdNetBind,
-};
+pub use linux::StdNetBind;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+pub use stats::BindStats;
 
 use std::io;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 
 use crate::allowedips::AllowedIps;
 use crate::batch::Container;
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::Clock;
 use crate::index::IndexTable;
 use crate::keypair::DevKeypair;
 use crate::peer::{Peer, PeerRef};
@@ -37,9 +37,21 @@ pub const DEFAULT_RECEIVE_POOL_BYTES: usize = 32 << 20;
 pub const DEFAULT_SEND_POOL_BYTES: usize = 32 << 20;
 
 /// Construction options. `Options::default()` is what `Device::new` uses.
+///
+/// Built with the `with_*` methods (new fields may be added, so the struct cannot be written as
+/// a literal outside this crate):
+///
+/// ```
+/// let opts = vpn_device::Options::default()
+///     .with_workers(2)
+///     .with_receive_pool_bytes(4 << 20);
+/// assert_eq!(opts.workers, 2);
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Options {
-    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production.
+    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production on Linux. The
+    /// default ([`crate::clock::default_clock`]) counts sleep on Apple targets.
     pub clock: Arc<dyn Clock>,
     /// Crypto worker threads (0: one per available core).
     pub workers: usize,
@@ -59,13 +71,56 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            clock: Arc::new(MonotonicClock::default()),
+            clock: crate::clock::default_clock(),
             workers: 0,
             receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
             send_pool_bytes: DEFAULT_SEND_POOL_BYTES,
             scheduling: None,
             datagram_yield: true,
         }
+    }
+}
+
+impl Options {
+    /// The clock; pass a suspend-aware one (CLOCK_BOOTTIME) in production.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Crypto worker threads (0: one per available core; 1: crypto inline on the thread that
+    /// read the batch).
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Cap on receive buffers in bytes (never below a few batches per reader).
+    pub fn with_receive_pool_bytes(mut self, bytes: usize) -> Self {
+        self.receive_pool_bytes = bytes;
+        self
+    }
+
+    /// Cap on transmit buffers in bytes (never below a few batches).
+    pub fn with_send_pool_bytes(mut self, bytes: usize) -> Self {
+        self.send_pool_bytes = bytes;
+        self
+    }
+
+    /// How data-path threads are marked under bulk load (see [`crate::sched`]); `None` leaves
+    /// them alone.
+    pub fn with_scheduling(
+        mut self,
+        scheduling: Option<Arc<dyn crate::sched::Scheduling>>,
+    ) -> Self {
+        self.scheduling = scheduling;
+        self
+    }
+
+    /// Whether a thread yields its CPU after writing a burst of inbound datagrams to the TUN.
+    pub fn with_datagram_yield(mut self, on: bool) -> Self {
+        self.datagram_yield = on;
+        self
     }
 }
 
@@ -297,14 +352,33 @@ impl Device {
         self.inner.bind_update()
     }
 
-    /// Applies a UAPI `set` body (the lines after `set=1`, up to the blank line).
-    pub fn ipc_set(&self, config: &str) -> Result<(), crate::uapi::IpcError> {
+    /// Applies a typed configuration change in order, stopping at the first error, which is
+    /// returned with its errno ([`IpcError::code`](crate::IpcError::code)); what was applied
+    /// before it stays applied (wireguard-go's `IpcSetOperation`).
+    pub fn configure(&self, change: &vpn_ipc::Change) -> Result<(), crate::IpcError> {
+        crate::uapi::configure(&self.inner, change)
+    }
+
+    /// The configuration and per-peer statistics, typed (what `get` dumps).
+    pub fn state(&self) -> vpn_ipc::DeviceState {
+        crate::uapi::state(&self.inner)
+    }
+
+    /// The pipeline counters as the `device` group of the `stats=1` reply.
+    pub fn statistics(&self) -> vpn_ipc::Statistics {
+        crate::uapi::statistics(&self.inner)
+    }
+
+    /// Applies a UAPI `set` body (the lines after `set=1`, up to the blank line): parsed into a
+    /// [`vpn_ipc::Change`] first, then [`configure`](Self::configure)d; a bad line is reported
+    /// after the lines before it were applied.
+    pub fn ipc_set(&self, config: &str) -> Result<(), crate::IpcError> {
         crate::uapi::ipc_set(&self.inner, config)
     }
 
-    /// The UAPI `get` dump (without the `errno=0` trailer).
-    pub fn ipc_get(&self) -> Result<String, crate::uapi::IpcError> {
-        Ok(crate::uapi::ipc_get(&self.inner))
+    /// The UAPI `get` dump (without the `errno=0` trailer): [`state`](Self::state) rendered.
+    pub fn ipc_get(&self) -> Result<String, crate::IpcError> {
+        Ok(self.state().to_string())
     }
 
     /// Serves one UAPI connection: `set=1` / `get=1` requests until EOF.

@@ -1,8 +1,9 @@
 //! The WireGuard device: peers, the parallel order-preserving crypto pipeline, timers,
-//! allowed-IPs routing and the UAPI configuration protocol.
+//! allowed-IPs routing and applying configuration changes.
 //!
 //! The API follows wireguard-go's `device` package: [`Device::new`] on a TUN and a bind,
-//! [`Device::ipc_set`] / [`Device::ipc_get`], [`Device::up`] / [`Device::down`] /
+//! [`Device::configure`] with a typed `vpn_ipc::Change` (or its text through
+//! [`Device::ipc_set`]) and [`Device::ipc_get`], [`Device::up`] / [`Device::down`] /
 //! [`Device::close`], [`Device::bind_update`]. See `docs/pipeline.md` for how packets move.
 
 #![forbid(unsafe_code)]

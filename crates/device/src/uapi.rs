@@ -1,180 +1,134 @@
-//! The cross-platform configuration protocol (UAPI) that `wg` speaks (§2.16 of the reference).
+//! Applying a typed configuration change and reading the device's state: the device's half
+//! of the UAPI protocol. The text is parsed and rendered by `vpn-ipc`, never here.
 //!
-//! `set` applies `key=value` lines in order and stops at the first error; what was applied before
-//! stays applied, and the device stays usable. `get` dumps the configuration in the order
-//! `wg showconf` expects.
+//! `Device::configure` applies a [`Change`] in order and stops at the first error; what was
+//! applied before stays applied, and the device stays usable (wireguard-go's
+//! `IpcSetOperation`). `Device::ipc_set` parses the text first, without any device lock,
+//! applies what parsed, then reports the parse error if there was one: the same result as
+//! applying line by line.
 
 use crate::peer::{Peer, PeerRef};
 use crate::DeviceInner;
-use std::fmt::{self, Write as _};
 use std::io::{self, BufRead, Write};
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+use vpn_ipc::serve::{self, Ended, Handler};
+use vpn_ipc::{
+    Change, DeviceSetting, DeviceState, IpcErrorKind, PeerSetting, PeerState, Statistics,
+};
 use vpn_proto::keys::{PresharedKey, PrivateKey, PublicKey};
 use vpn_proto::noise::{Handshake, StaticIdentity};
 
-/// `-EIO`: the request could not be read or written.
-pub const IPC_ERROR_IO: i64 = -5;
-/// `-EPROTO`: a line without `=`, or an unknown operation.
-pub const IPC_ERROR_PROTOCOL: i64 = -71;
-/// `-EINVAL`: an unknown key or a bad value.
-pub const IPC_ERROR_INVALID: i64 = -22;
-/// `-EADDRINUSE`: the listen port could not be bound.
-pub const IPC_ERROR_PORT_IN_USE: i64 = -98;
-/// Anything else.
-pub const IPC_ERROR_UNKNOWN: i64 = -55;
-
-/// A failed UAPI request: the code printed as `errno=` and a message for the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IpcError {
-    /// Negative errno as wireguard-go reports it.
-    pub code: i64,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl IpcError {
-    fn new(code: i64, message: impl Into<String>) -> IpcError {
-        IpcError {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for IpcError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IPC error {}: {}", self.code, self.message)
-    }
-}
-
-impl std::error::Error for IpcError {}
+pub use vpn_ipc::{
+    IpcError, IPC_ERROR_INVALID, IPC_ERROR_IO, IPC_ERROR_PORT_IN_USE, IPC_ERROR_PROTOCOL,
+    IPC_ERROR_UNKNOWN,
+};
 
 fn invalid(msg: impl Into<String>) -> IpcError {
-    IpcError::new(IPC_ERROR_INVALID, msg)
+    IpcError::invalid(msg)
 }
 
-/// The peer a `set` section is configuring.
+fn port_in_use(msg: impl Into<String>) -> IpcError {
+    IpcError::new(IpcErrorKind::PortInUse, msg)
+}
+
+/// The peer a section of the change is configuring.
 struct Section {
     peer: Option<Arc<Peer>>,
     /// Created by this section (for `update_only`).
     created: bool,
-    /// The key was our own public key, or `update_only` discarded it: ignore the settings.
+    /// The key was our own public key, or `update_only`/`remove` discarded the peer: ignore
+    /// the settings.
     dummy: bool,
     pka_turned_on: bool,
 }
 
-pub(crate) fn ipc_set(dev: &Arc<DeviceInner>, config: &str) -> Result<(), IpcError> {
-    let _ipc = dev.ipc_lock.lock();
-    let mut section: Option<Section> = None;
-    let res = (|| {
-        for line in config.lines() {
-            if line.is_empty() {
-                break;
-            }
-            let (key, value) = line.split_once('=').ok_or_else(|| {
-                IpcError::new(IPC_ERROR_PROTOCOL, format!("failed to parse line {line:?}"))
-            })?;
-            if key == "public_key" {
-                if let Some(s) = section.take() {
-                    finish_section(dev, s);
-                }
-                section = Some(begin_section(dev, value)?);
-                continue;
-            }
-            match section.as_mut() {
-                None => set_device_key(dev, key, value)?,
-                Some(s) => set_peer_key(dev, s, key, value)?,
-            }
+/// Parses `text` (no lock held), applies what parsed, then reports the first bad line.
+pub(crate) fn ipc_set(dev: &Arc<DeviceInner>, text: &str) -> Result<(), IpcError> {
+    let (change, parse_error) = Change::parse_partial(text);
+    configure(dev, &change)?;
+    match parse_error {
+        Some(e) => {
+            tracing::error!(device = %dev.name, "{e}");
+            Err(e)
         }
-        Ok(())
-    })();
-    if let Some(s) = section.take() {
-        finish_section(dev, s);
+        None => Ok(()),
     }
+}
+
+/// Applies `change` in order up to the first error, which is returned.
+pub(crate) fn configure(dev: &Arc<DeviceInner>, change: &Change) -> Result<(), IpcError> {
+    let _ipc = dev.ipc_lock.lock();
+    let res = apply(dev, change);
     if let Err(e) = &res {
         tracing::error!(device = %dev.name, "{e}");
     }
     res
 }
 
-fn set_device_key(dev: &Arc<DeviceInner>, key: &str, value: &str) -> Result<(), IpcError> {
-    match key {
-        "private_key" => {
-            let k = PrivateKey::from_hex(value)
-                .map_err(|e| invalid(format!("failed to set private_key: {e}")))?;
-            dev.set_private_key(Some(k));
-        }
-        "listen_port" => {
-            let port: u16 = value
-                .parse()
-                .map_err(|e| invalid(format!("failed to parse listen_port: {e}")))?;
-            dev.net.lock().port = port;
-            dev.bind_update().map_err(|e| {
-                IpcError::new(
-                    IPC_ERROR_PORT_IN_USE,
-                    format!("failed to set listen_port: {e}"),
-                )
-            })?;
-        }
-        "fwmark" => {
-            let mark: u32 = value
-                .parse()
-                .map_err(|e| invalid(format!("invalid fwmark: {e}")))?;
-            dev.set_fwmark(mark).map_err(|e| {
-                IpcError::new(
-                    IPC_ERROR_PORT_IN_USE,
-                    format!("failed to update fwmark: {e}"),
-                )
-            })?;
-        }
-        "replace_peers" => {
-            if value != "true" {
-                return Err(invalid(format!(
-                    "failed to set replace_peers, invalid value: {value}"
-                )));
-            }
-            dev.remove_all_peers();
-        }
-        _ => return Err(invalid(format!("invalid UAPI device key: {key}"))),
+fn apply(dev: &Arc<DeviceInner>, change: &Change) -> Result<(), IpcError> {
+    for setting in change.device_settings() {
+        apply_device_setting(dev, setting)?;
+    }
+    for p in change.peers() {
+        let mut section = begin_section(dev, p.public_key())?;
+        let res = p
+            .settings()
+            .iter()
+            .try_for_each(|s| apply_peer_setting(dev, &mut section, s));
+        // A section cut short by an error still ends as a section does (the peer is started).
+        finish_section(dev, section);
+        res?;
     }
     Ok(())
 }
 
-fn begin_section(dev: &Arc<DeviceInner>, value: &str) -> Result<Section, IpcError> {
-    let pk = PublicKey::from_hex(value)
-        .map_err(|e| invalid(format!("failed to get peer by public key: {e}")))?;
+fn apply_device_setting(dev: &Arc<DeviceInner>, setting: &DeviceSetting) -> Result<(), IpcError> {
+    match setting {
+        DeviceSetting::PrivateKey(k) => dev.set_private_key(Some(k.clone())),
+        DeviceSetting::ListenPort(port) => {
+            dev.net.lock().port = *port;
+            dev.bind_update()
+                .map_err(|e| port_in_use(format!("failed to set listen_port: {e}")))?;
+        }
+        DeviceSetting::Fwmark(mark) => {
+            dev.set_fwmark(*mark)
+                .map_err(|e| port_in_use(format!("failed to update fwmark: {e}")))?;
+        }
+        DeviceSetting::ReplacePeers => dev.remove_all_peers(),
+        other => return Err(invalid(format!("unsupported device setting: {other}"))),
+    }
+    Ok(())
+}
+
+fn begin_section(dev: &Arc<DeviceInner>, pk: &PublicKey) -> Result<Section, IpcError> {
+    let section = |peer, created, dummy| Section {
+        peer,
+        created,
+        dummy,
+        pka_turned_on: false,
+    };
     let own = dev
         .identity
         .read()
         .identity
         .as_ref()
         .map(|i| *i.public_key());
-    if own == Some(pk) {
-        return Ok(Section {
-            peer: None,
-            created: false,
-            dummy: true,
-            pka_turned_on: false,
-        });
+    if own.as_ref() == Some(pk) {
+        return Ok(section(None, false, true));
     }
-    if let Some(p) = dev.peers.read().by_key.get(&pk) {
-        return Ok(Section {
-            peer: Some(p.clone()),
-            created: false,
-            dummy: false,
-            pka_turned_on: false,
-        });
+    if let Some(p) = dev.peers.read().by_key.get(pk) {
+        return Ok(section(Some(p.clone()), false, false));
     }
     // Lock order: identity before peers (see device.rs).
     let id = dev.identity.read();
     let hs = match id.identity.as_ref() {
-        Some(i) => Handshake::new(i, pk, PresharedKey::zero()),
+        Some(i) => Handshake::new(i, *pk, PresharedKey::zero()),
         // No private key yet: precompute against a placeholder; setting the key recomputes.
         None => Handshake::new(
             &StaticIdentity::new(PrivateKey::from_bytes([0; 32])),
-            pk,
+            *pk,
             PresharedKey::zero(),
         ),
     };
@@ -183,114 +137,84 @@ fn begin_section(dev: &Arc<DeviceInner>, value: &str) -> Result<Section, IpcErro
     if peers.by_key.len() >= vpn_proto::consts::MAX_PEERS {
         return Err(invalid("too many peers"));
     }
-    let peer = Peer::new(dev, pk, hs);
-    peers.by_key.insert(pk, peer.clone());
-    peers.order.push(pk);
-    Ok(Section {
-        peer: Some(peer),
-        created: true,
-        dummy: false,
-        pka_turned_on: false,
-    })
+    let peer = Peer::new(dev, *pk, hs);
+    peers.by_key.insert(*pk, peer.clone());
+    peers.order.push(*pk);
+    Ok(section(Some(peer), true, false))
 }
 
-fn set_peer_key(
+fn apply_peer_setting(
     dev: &Arc<DeviceInner>,
     s: &mut Section,
-    key: &str,
-    value: &str,
+    setting: &PeerSetting,
 ) -> Result<(), IpcError> {
-    let parse_true = |what: &str| {
-        if value == "true" {
-            Ok(())
-        } else {
-            Err(invalid(format!(
-                "failed to set {what}, invalid value: {value}"
-            )))
-        }
-    };
-    match key {
-        "update_only" => {
-            parse_true("update_only")?;
+    match setting {
+        PeerSetting::UpdateOnly => {
             if s.created {
                 if let Some(p) = s.peer.take() {
                     dev.remove_peer(&p.public_key);
                 }
                 s.dummy = true;
             }
-            return Ok(());
         }
-        "remove" => {
-            parse_true("remove")?;
+        PeerSetting::Remove => {
             if let Some(p) = s.peer.take() {
                 dev.remove_peer(&p.public_key);
             }
             s.dummy = true;
-            return Ok(());
         }
-        _ => {}
-    }
-    // Validate values even for a dummy section, so errors are reported the same way.
-    match key {
-        "preshared_key" => {
-            let k = PresharedKey::from_hex(value)
-                .map_err(|e| invalid(format!("failed to set preshared key: {e}")))?;
+        // Values are checked even for a dummy section, so errors are reported the same way.
+        PeerSetting::PresharedKey(k) => {
             if let Some(p) = live(s) {
-                p.handshake.lock().hs.set_preshared_key(k);
+                p.handshake.lock().hs.set_preshared_key(k.clone());
             }
         }
-        "endpoint" => {
+        PeerSetting::Endpoint(endpoint) => {
+            let text = endpoint.to_text();
             let ep = dev
                 .bind
-                .parse_endpoint(value)
-                .map_err(|e| invalid(format!("failed to set endpoint {value}: {e}")))?;
+                .parse_endpoint(&text)
+                .map_err(|e| invalid(format!("failed to set endpoint {text}: {e}")))?;
             if let Some(p) = live(s) {
                 let mut e = p.endpoint.lock();
                 e.ep = Some(ep);
                 e.clear_src_on_tx = false;
             }
         }
-        "persistent_keepalive_interval" => {
-            let secs: u16 = value.parse().map_err(|e| {
-                invalid(format!("failed to set persistent keepalive interval: {e}"))
-            })?;
+        PeerSetting::PersistentKeepaliveInterval(secs) => {
             if let Some(p) = live(s) {
                 let old = p
                     .persistent_keepalive
-                    .swap(u32::from(secs), Ordering::Relaxed);
-                s.pka_turned_on = old == 0 && secs != 0;
+                    .swap(u32::from(*secs), Ordering::Relaxed);
+                s.pka_turned_on = old == 0 && *secs != 0;
             }
         }
-        "replace_allowed_ips" => {
-            parse_true("replace_allowed_ips")?;
+        PeerSetting::ReplaceAllowedIps => {
             if let Some(p) = live(s) {
                 dev.allowed_ips.write().remove_by_value(&PeerRef(p.clone()));
             }
         }
-        "allowed_ip" => {
-            let (remove, prefix) = match value.strip_prefix('-') {
-                Some(rest) => (true, rest),
-                None => (false, value),
-            };
-            let (addr, cidr) = parse_prefix(prefix)
-                .ok_or_else(|| invalid(format!("failed to set allowed ip: {value}")))?;
+        PeerSetting::AllowedIp(ip) => {
             if let Some(p) = live(s) {
-                let mut table = dev.allowed_ips.write();
-                if remove {
-                    table.remove(addr, cidr, &PeerRef(p.clone()));
-                } else {
-                    table
-                        .insert(addr, cidr, PeerRef(p.clone()))
-                        .map_err(|e| invalid(format!("failed to set allowed ip: {e}")))?;
-                }
+                dev.allowed_ips
+                    .write()
+                    .insert(ip.addr(), ip.cidr(), PeerRef(p.clone()))
+                    .map_err(|e| invalid(format!("failed to set allowed ip: {e}")))?;
             }
         }
-        "protocol_version" => {
-            if value != "1" {
-                return Err(invalid(format!("invalid protocol version: {value}")));
+        PeerSetting::RemoveAllowedIp(ip) => {
+            if let Some(p) = live(s) {
+                dev.allowed_ips
+                    .write()
+                    .remove(ip.addr(), ip.cidr(), &PeerRef(p.clone()));
             }
         }
-        _ => return Err(invalid(format!("invalid UAPI peer key: {key}"))),
+        PeerSetting::ProtocolVersion(v) => {
+            if *v != 1 {
+                return Err(invalid(format!("invalid protocol version: {v}")));
+            }
+        }
+        other => return Err(invalid(format!("unsupported peer setting: {other}"))),
     }
     Ok(())
 }
@@ -320,35 +244,20 @@ fn finish_section(dev: &Arc<DeviceInner>, s: Section) {
     }
 }
 
-/// `10.0.0.0/8`, `fd00::/8` (the address need not be masked).
-pub fn parse_prefix(s: &str) -> Option<(IpAddr, u8)> {
-    let (a, c) = s.split_once('/')?;
-    let addr: IpAddr = a.parse().ok()?;
-    if c.is_empty() || c.len() > 3 || !c.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let cidr: u8 = c.parse().ok()?;
-    let max = if addr.is_ipv4() { 32 } else { 128 };
-    (cidr <= max).then_some((addr, cidr))
-}
-
-pub(crate) fn ipc_get(dev: &Arc<DeviceInner>) -> String {
+/// The device's configuration and per-peer statistics, peers in creation order.
+pub(crate) fn state(dev: &Arc<DeviceInner>) -> DeviceState {
     let _ipc = dev.ipc_lock.lock();
-    let mut out = String::new();
-    {
-        let id = dev.identity.read();
-        if let Some(i) = &id.identity {
-            let _ = writeln!(out, "private_key={}", i.private_key().to_hex());
-        }
-    }
+    let mut st = DeviceState::new();
+    st.private_key = dev
+        .identity
+        .read()
+        .identity
+        .as_ref()
+        .map(|i| i.private_key().clone());
     {
         let n = dev.net.lock();
-        if n.port != 0 {
-            let _ = writeln!(out, "listen_port={}", n.port);
-        }
-        if n.fwmark != 0 {
-            let _ = writeln!(out, "fwmark={}", n.fwmark);
-        }
+        st.listen_port = n.port;
+        st.fwmark = n.fwmark;
     }
     let peers: Vec<Arc<Peer>> = {
         let p = dev.peers.read();
@@ -359,32 +268,46 @@ pub(crate) fn ipc_get(dev: &Arc<DeviceInner>) -> String {
     };
     let table = dev.allowed_ips.read();
     for p in peers {
-        let _ = writeln!(out, "public_key={}", p.public_key.to_hex());
-        let _ = writeln!(
-            out,
-            "preshared_key={}",
-            p.handshake.lock().hs.preshared_key().to_hex()
-        );
-        out.push_str("protocol_version=1\n");
-        if let Some(ep) = p.endpoint.lock().ep {
-            let _ = writeln!(out, "endpoint={}", ep.dst_to_string());
-        }
+        let mut ps = PeerState::new(p.public_key);
+        ps.preshared_key = p.handshake.lock().hs.preshared_key().clone();
+        ps.endpoint = p.endpoint.lock().ep.map(|ep| ep.dst.into());
         let nanos = p.last_handshake_nanos.load(Ordering::Relaxed);
-        let _ = writeln!(out, "last_handshake_time_sec={}", nanos / 1_000_000_000);
-        let _ = writeln!(out, "last_handshake_time_nsec={}", nanos % 1_000_000_000);
-        let (rx, tx) = p.rx_tx_bytes();
-        let _ = writeln!(out, "tx_bytes={tx}");
-        let _ = writeln!(out, "rx_bytes={rx}");
-        let _ = writeln!(
-            out,
-            "persistent_keepalive_interval={}",
-            p.persistent_keepalive.load(Ordering::Relaxed)
-        );
-        for (addr, cidr) in table.prefixes_of(&PeerRef(p.clone())) {
-            let _ = writeln!(out, "allowed_ip={addr}/{cidr}");
-        }
+        ps.last_handshake_time = (nanos != 0).then(|| Duration::from_nanos(nanos));
+        (ps.rx_bytes, ps.tx_bytes) = p.rx_tx_bytes();
+        ps.persistent_keepalive_interval =
+            u16::try_from(p.persistent_keepalive.load(Ordering::Relaxed)).unwrap_or(u16::MAX);
+        ps.allowed_ips = table
+            .prefixes_of(&PeerRef(p.clone()))
+            .into_iter()
+            .filter_map(|(addr, cidr)| vpn_ipc::AllowedIp::new(addr, cidr))
+            .collect();
+        st.peers.push(ps);
     }
-    out
+    st
+}
+
+/// The device's pipeline counters as the `device` group.
+pub(crate) fn statistics(dev: &DeviceInner) -> Statistics {
+    device_group(&dev.stats.snapshot())
+}
+
+fn device_group(s: &crate::Stats) -> Statistics {
+    let mut st = Statistics::new();
+    st.push_group("device", s.fields());
+    st
+}
+
+/// The requests of one connection, answered by a device.
+struct DeviceHandler<'a>(&'a Arc<DeviceInner>);
+
+impl Handler for DeviceHandler<'_> {
+    fn set(&self, body: &str) -> Result<(), IpcError> {
+        ipc_set(self.0, body)
+    }
+
+    fn get(&self) -> Result<String, IpcError> {
+        Ok(state(self.0).to_string())
+    }
 }
 
 /// Serves UAPI requests from `r`, answering on `w`, until EOF or an unknown operation.
@@ -393,72 +316,41 @@ pub(crate) fn handle<R: BufRead, W: Write>(
     mut r: R,
     mut w: W,
 ) -> io::Result<()> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if r.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let op = line.trim_end_matches('\n');
-        let status = match op {
-            "set=1" => {
-                let mut body = String::new();
-                loop {
-                    let mut l = String::new();
-                    if r.read_line(&mut l)? == 0 || l == "\n" {
-                        break;
-                    }
-                    body.push_str(&l);
-                }
-                ipc_set(dev, &body)
-            }
-            "get=1" => {
-                let mut blank = String::new();
-                r.read_line(&mut blank)?;
-                if blank != "\n" {
-                    Err(IpcError::new(
-                        IPC_ERROR_PROTOCOL,
-                        "get=1 must be followed by an empty line",
-                    ))
-                } else {
-                    w.write_all(ipc_get(dev).as_bytes())?;
-                    Ok(())
-                }
-            }
-            _ => {
-                tracing::error!(device = %dev.name, "invalid UAPI operation: {op:?}");
-                return Ok(());
-            }
-        };
-        match status {
-            Ok(()) => w.write_all(b"errno=0\n\n")?,
-            Err(e) => write!(w, "errno={}\n\n", e.code)?,
-        }
-        w.flush()?;
+    if let Ended::UnknownOperation(op) = serve::serve(&DeviceHandler(dev), &mut r, &mut w)? {
+        tracing::error!(device = %dev.name, "invalid UAPI operation: {op:?}");
     }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_prefix;
+    use super::*;
+    use crate::Stats;
 
+    /// Every field of `Stats` (as its `Debug` output names them) is a `device.` counter, so a
+    /// counter added to the device cannot silently go missing from `vpn show`.
     #[test]
-    fn prefixes() {
-        assert_eq!(
-            parse_prefix("10.1.2.3/8"),
-            Some(("10.1.2.3".parse().unwrap(), 8))
-        );
-        assert_eq!(parse_prefix("fd00::/128").unwrap().1, 128);
-        for bad in [
-            "10.0.0.0",
-            "10.0.0.0/33",
-            "fd00::/129",
-            "x/1",
-            "10.0.0.0/",
-            "10.0.0.0/+1",
-            "10.0.0.0/0001",
-        ] {
-            assert!(parse_prefix(bad).is_none(), "{bad}");
+    fn every_counter_is_a_device_statistic() {
+        let s = Stats {
+            drop_replay: 7,
+            ..Stats::default()
+        };
+        let st = device_group(&s);
+        assert_eq!(st.get("device.drop_replay"), Some(7));
+        let dbg = format!("{s:?}");
+        let inner = dbg.trim_start_matches("Stats {").trim_end_matches('}');
+        let names: Vec<&str> = inner
+            .split(',')
+            .filter_map(|f| f.split(':').next())
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        for name in &names {
+            assert!(
+                st.get(&format!("device.{name}")).is_some(),
+                "{name} missing"
+            );
         }
+        assert_eq!(st.iter().count(), names.len());
     }
 }

@@ -167,7 +167,7 @@ pub unsafe extern "C" fn wgSetConfig(tun_handle: c_int, settings: *const c_char)
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!("wgSetConfig: {e}");
-                e.code
+                e.code()
             }
         }
     })

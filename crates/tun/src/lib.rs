@@ -7,11 +7,16 @@
 
 #![warn(missing_docs)]
 
+pub mod darwin;
 #[cfg(target_os = "linux")]
 mod linux;
 pub mod memory;
 pub mod offload;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod shutdown;
 
+#[cfg(target_os = "macos")]
+pub use darwin::DarwinTun;
 #[cfg(target_os = "linux")]
 pub use linux::{LinuxTun, TunStats};
 

@@ -24,15 +24,15 @@ mod tests;
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::offload::split::{finish_single_in_place, frame_packets, split_frame};
 use crate::offload::{GroTable, MAX_PACKET, VIRTIO_NET_HDR_LEN};
+use crate::shutdown::{closed, Shutdown};
 use crate::{too_many_segments, Device, Event};
 
 /// Packets per read/write (wireguard-go's `idealBatchSize`).
@@ -93,14 +93,12 @@ pub struct LinuxTun {
     batch: usize,
     /// Signalled once by `close`; stays readable so every poller wakes.
     wake: Arc<OwnedFd>,
-    closed: AtomicBool,
     /// The frame scratch and a frame read ahead that did not fit; also serializes readers.
     read_frame: Mutex<ReadState>,
     /// GRO tables, reused across writes; also serializes writers (as wireguard-go's writeOpMu).
     gro: Mutex<GroTable>,
     events: Receiver<Event>,
-    stop_events: Mutex<Option<Sender<()>>>,
-    listener: Mutex<Option<JoinHandle<()>>>,
+    shutdown: Shutdown,
     stats: Counters,
 }
 
@@ -194,7 +192,6 @@ impl LinuxTun {
             uso,
             batch: OFFLOAD_BATCH,
             wake,
-            closed: AtomicBool::new(false),
             read_frame: Mutex::new(ReadState {
                 frame: vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET],
                 pending: 0,
@@ -206,8 +203,7 @@ impl LinuxTun {
                 gro
             }),
             events,
-            stop_events: Mutex::new(Some(stop_tx)),
-            listener: Mutex::new(Some(listener)),
+            shutdown: Shutdown::new(stop_tx, listener),
             stats: Counters::default(),
         })
     }
@@ -242,12 +238,12 @@ impl LinuxTun {
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(std::sync::atomic::Ordering::Acquire)
+        self.shutdown.is_closed()
     }
 
     /// Waits for the fd to be ready for `events`; an error once the device is closed.
     fn wait(&self, events: libc::c_short) -> io::Result<()> {
-        if sys::poll_or_wake(self.fd.as_raw_fd(), events, self.wake.as_fd())? {
+        if vpn_sys::poll::poll_or_wake(self.fd.as_raw_fd(), events, self.wake.as_fd())? {
             return Err(closed());
         }
         Ok(())
@@ -554,18 +550,8 @@ impl Device for LinuxTun {
     }
 
     fn close(&self) -> io::Result<()> {
-        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return Ok(());
-        }
-        let woke = sys::eventfd_signal(self.wake.as_fd());
-        // Dropping the stop sender unblocks a listener waiting on a full event channel.
-        drop(self.stop_events.lock().take());
-        if let Some(h) = self.listener.lock().take() {
-            if h.join().is_err() {
-                tracing::warn!("TUN {}: event listener panicked", self.name);
-            }
-        }
-        woke
+        self.shutdown
+            .close(&self.name, || sys::eventfd_signal(self.wake.as_fd()))
     }
 
     fn batch_size(&self) -> usize {
@@ -579,10 +565,6 @@ impl Drop for LinuxTun {
             tracing::warn!("TUN {}: close failed: {e}", self.name);
         }
     }
-}
-
-fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "tun closed")
 }
 
 fn is_closed_err(e: &io::Error) -> bool {

@@ -1,8 +1,9 @@
 //! A minimal UAPI client: what `wg` does over `/var/run/wireguard/<ifname>.sock`.
 //!
 //! One request per connection: `set=1\n<body>\n\n` or `get=1\n\n`; the reply is any dump
-//! lines, then `errno=<n>` and an empty line (reference-behaviour §2.16). Only the standard
-//! library is used so `vpn up`/`vpn down` can talk to any implementation (ours, wireguard-go).
+//! lines, then `errno=<n>` and an empty line (the framing is `vpn_ipc::serve`'s, see
+//! `docs/ipc.md`). Nothing but the protocol is assumed, so `vpn up`/`vpn down` can talk to any
+//! implementation (ours, wireguard-go).
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -17,36 +18,22 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest reply accepted (a dump of tens of thousands of peers fits easily).
 const MAX_REPLY: usize = 64 << 20;
 
-/// The reply to a request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Response {
-    /// The lines before `errno=`, each ending in `\n` (empty for `set`).
-    pub body: String,
-    /// The `errno=` value: 0 for success, a negative errno otherwise.
-    pub errno: i64,
-}
+/// The reply to a request (framing by `vpn-ipc`).
+pub use vpn_ipc::serve::Reply as Response;
 
 /// Applies a `set` body (`key=value` lines, with or without a final newline).
 ///
 /// The outer result is a transport failure; the inner one is the daemon's verdict, `Err`
 /// holding its (negative) errno.
 pub fn set(dir: &Path, ifname: &str, body: &str) -> io::Result<Result<(), i64>> {
-    let body = body.strip_suffix('\n').unwrap_or(body);
-    if body.contains("\n\n") || body.starts_with('\n') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a UAPI set body must not contain an empty line (it would end the request early)",
-        ));
-    }
-    let mut msg = String::with_capacity(body.len() + 9);
-    msg.push_str("set=1\n");
-    if !body.is_empty() {
-        msg.push_str(body);
-        msg.push('\n');
-    }
-    msg.push('\n');
-    let r = exchange(dir, ifname, &msg)?;
+    let r = exchange(dir, ifname, &framed("set", body)?)?;
     Ok(if r.errno == 0 { Ok(()) } else { Err(r.errno) })
+}
+
+/// The request text, or `InvalidInput` for a bad operation name or a body with an empty line.
+fn framed(op: &str, body: &str) -> io::Result<String> {
+    vpn_ipc::serve::request(op, body)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.message().to_owned()))
 }
 
 /// The `get` dump, without the `errno=` trailer. A non-zero errno is an error.
@@ -60,13 +47,7 @@ pub fn get(dir: &Path, ifname: &str) -> io::Result<String> {
 
 /// Sends `<op>=1` with an empty body and returns the reply as is.
 pub fn request(dir: &Path, ifname: &str, op: &str) -> io::Result<Response> {
-    if op.is_empty() || !op.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bad UAPI operation `{op}`"),
-        ));
-    }
-    exchange(dir, ifname, &format!("{op}=1\n\n"))
+    exchange(dir, ifname, &framed(op, "")?)
 }
 
 fn errno_error(op: &str, errno: i64) -> io::Error {
@@ -95,7 +76,7 @@ fn read_reply(s: &mut impl Read) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
-        if buf.starts_with(b"\n") || buf.windows(2).any(|w| w == b"\n\n") {
+        if Response::is_complete(&buf) {
             return Ok(buf);
         }
         let n = s.read(&mut chunk)?;
@@ -124,26 +105,8 @@ fn read_reply(s: &mut impl Read) -> io::Result<Vec<u8>> {
 }
 
 fn parse_reply(raw: &[u8]) -> io::Result<Response> {
-    let bad =
-        |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("bad UAPI reply: {why}"));
-    let text = std::str::from_utf8(raw).map_err(|_| bad("not UTF-8"))?;
-    let end = text
-        .find("\n\n")
-        .ok_or_else(|| bad("no terminating empty line"))?;
-    let lines = text.get(..end).unwrap_or("");
-    let (body, last) = match lines.rsplit_once('\n') {
-        Some((body, last)) => (body, last),
-        None => ("", lines),
-    };
-    let value = last
-        .strip_prefix("errno=")
-        .ok_or_else(|| bad("last line is not errno="))?;
-    let errno: i64 = value.parse().map_err(|_| bad("errno is not a number"))?;
-    let mut body = body.to_owned();
-    if !body.is_empty() {
-        body.push('\n');
-    }
-    Ok(Response { body, errno })
+    Response::parse(raw)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.message().to_owned()))
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 //! [`UapiListener::bind`] creates the socket the way wireguard-go does (directory 0755, socket
 //! 0600, a stale file from a dead daemon replaced, a live one left alone) and
 //! [`UapiListener::serve`] answers `set=1` / `get=1` requests on it, one thread per
-//! connection. One private request is added for `vpn show`: `stats=1` (followed by an empty
-//! line) dumps the batching counters as `key=value` lines; `wg` never sends it.
+//! connection. The request framing and the text are `vpn-ipc`'s. One private request is added for
+//! `vpn show`: `stats=1` (followed by an empty line) dumps the batching counters
+//! ([`vpn_ipc::Statistics`]); `wg` never sends it.
 //!
 //! The server watches its socket path with inotify and reports when the file disappears: an
 //! administrator stops a userspace WireGuard daemon by deleting its socket.
@@ -17,7 +18,6 @@ pub mod client;
 mod listener;
 #[cfg(target_os = "linux")]
 mod server;
-mod stats;
 #[cfg(all(test, target_os = "linux"))]
 mod tests;
 
@@ -25,7 +25,6 @@ mod tests;
 pub use listener::UapiListener;
 #[cfg(target_os = "linux")]
 pub use server::{ServeOptions, StatsFn, UapiServer};
-pub use stats::write_device_stats;
 
 use std::path::{Path, PathBuf};
 

@@ -4,23 +4,20 @@
 use crate::listener::{identity, UapiListener};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use vpn_device::uapi::IPC_ERROR_PROTOCOL;
 use vpn_device::Device;
+use vpn_ipc::serve::{self, Ended, Handler};
+use vpn_ipc::{IpcError, Statistics};
 use vpn_sys::daemon::{Inotify, Watch, IN_ATTRIB, IN_DELETE, IN_DELETE_SELF};
 
-/// Appends extra `key=value` lines to a `stats=1` reply (the daemon's TUN and bind counters).
-pub type StatsFn = Box<dyn Fn(&mut String) + Send + Sync>;
-
-/// The longest request line accepted; a longer one closes the connection (a `set` body is
-/// read line by line, so this bounds the memory one client can pin per line).
-const MAX_LINE: u64 = 64 * 1024;
+/// Adds counters to a `stats=1` reply (the daemon's TUN and bind groups), after the device's.
+pub type StatsFn = Box<dyn Fn(&mut Statistics) + Send + Sync>;
 
 /// What [`UapiListener::serve_with`] adds to plain serving.
 #[derive(Default)]
@@ -219,92 +216,45 @@ fn spawn_conn(s: &Arc<Shared>, stream: UnixStream) {
     }
 }
 
-/// Reads one line (with its `\n`) of at most [`MAX_LINE`] bytes; `Ok(false)` at EOF.
-fn read_line<R: BufRead>(r: &mut R, line: &mut String) -> io::Result<bool> {
-    line.clear();
-    let n = r.by_ref().take(MAX_LINE).read_line(line)?;
-    if n as u64 == MAX_LINE && !line.ends_with('\n') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "request line too long",
-        ));
-    }
-    Ok(n > 0)
-}
-
 /// Serves requests on one connection until EOF or an unknown operation (which closes it,
 /// as wireguard-go does).
 fn handle(s: &Shared, stream: &UnixStream) -> io::Result<()> {
     let mut r = BufReader::new(stream);
     let mut w = io::BufWriter::new(stream);
-    serve_requests(s, &mut r, &mut w)
+    if let Ended::UnknownOperation(op) = serve::serve(s, &mut r, &mut w)? {
+        tracing::info!("UAPI: unknown operation {op:?}, closing the connection");
+    }
+    Ok(())
 }
 
-fn serve_requests<R: BufRead, W: Write>(s: &Shared, r: &mut R, w: &mut W) -> io::Result<()> {
-    let mut line = String::new();
-    let mut body = String::new();
-    loop {
-        if !read_line(r, &mut line)? || s.closing.load(Ordering::Acquire) {
-            return Ok(());
+/// The daemon's requests: the device's `set` and `get`, and the private `stats=1`.
+impl Handler for Shared {
+    fn set(&self, body: &str) -> Result<(), IpcError> {
+        let res = self.dev.ipc_set(body);
+        if let Err(e) = &res {
+            tracing::info!("UAPI set: {}", e.message());
         }
-        let status: i64 = match line.as_str() {
-            "set=1\n" => {
-                body.clear();
-                let mut complete = false;
-                while read_line(r, &mut line)? {
-                    if line == "\n" {
-                        complete = true;
-                        break;
-                    }
-                    body.push_str(&line);
-                }
-                // A body cut short by EOF is applied, as wireguard-go applies what it read.
-                let res = s.dev.ipc_set(&body);
-                if let Err(e) = &res {
-                    tracing::info!("UAPI set: {}", e.message);
-                }
-                let code = res.err().map_or(0, |e| e.code);
-                if !complete {
-                    return Ok(());
-                }
-                code
-            }
-            "get=1\n" => {
-                if !read_line(r, &mut line)? || line != "\n" {
-                    IPC_ERROR_PROTOCOL
-                } else {
-                    match s.dev.ipc_get() {
-                        Ok(dump) => {
-                            w.write_all(dump.as_bytes())?;
-                            0
-                        }
-                        Err(e) => e.code,
-                    }
-                }
-            }
-            "stats=1\n" => {
-                if !read_line(r, &mut line)? || line != "\n" {
-                    IPC_ERROR_PROTOCOL
-                } else {
-                    let mut out = String::new();
-                    crate::write_device_stats(&s.dev.stats(), &mut out);
-                    if let Some(f) = &s.extra_stats {
-                        f(&mut out);
-                    }
-                    w.write_all(out.as_bytes())?;
-                    0
-                }
-            }
-            other => {
-                tracing::info!(
-                    "UAPI: unknown operation {:?}, closing the connection",
-                    other.trim_end()
-                );
-                return Ok(());
-            }
-        };
-        write!(w, "errno={status}\n\n")?;
-        w.flush()?;
+        res
+    }
+
+    fn get(&self) -> Result<String, IpcError> {
+        self.dev.ipc_get()
+    }
+
+    fn has_operation(&self, op: &str) -> bool {
+        op == "stats"
+    }
+
+    fn other(&self, _op: &str) -> Result<String, IpcError> {
+        let mut st = self.dev.statistics();
+        if let Some(f) = &self.extra_stats {
+            f(&mut st);
+        }
+        Ok(st.to_string())
+    }
+
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 }
 

@@ -129,7 +129,9 @@ fn set_get_and_stats_round_trip() {
     let tmp = TempDir::new();
     let dev = device();
     let opts = ServeOptions {
-        extra_stats: Some(Box::new(|out: &mut String| out.push_str("tun.reads=42\n"))),
+        extra_stats: Some(Box::new(|st: &mut vpn_ipc::Statistics| {
+            st.push("tun", "reads", 42);
+        })),
         on_removed: None,
     };
     let _srv = UapiListener::bind(&tmp.0, "wg3")

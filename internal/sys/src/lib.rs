@@ -4,11 +4,14 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]) and the data-path threads' scheduling policy ([`sched`]). Every `unsafe` block
+//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting for a descriptor
+//! or a close ([`poll`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
-//! The crate is empty on other targets.
+//! On Apple targets, [`darwin`] holds the macOS data plane's calls (utun, routing socket,
+//! interface ioctls, the clock that counts sleep). Apart from [`poll`], the crate is empty on
+//! other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -19,8 +22,14 @@ pub mod cmsg;
 pub mod cycles;
 #[cfg(target_os = "linux")]
 pub mod daemon;
+#[cfg(target_vendor = "apple")]
+pub mod darwin;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+pub mod poll;
+#[cfg(all(feature = "posix-kernel", target_os = "linux"))]
+pub mod posix_kernel;
 #[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]

@@ -2,16 +2,12 @@
 //! applies before `bind` (reference-behaviour §3.2).
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use vpn_sys::sockopt::{self, SO_RCVBUFFORCE, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMENT};
 
-/// Send and receive buffer size: 7 MiB (upstream's `socketBufferSize`).
-pub(super) const SOCKET_BUFFER_SIZE: usize = 7 << 20;
-/// How often a port-0 open retries when the v6 half finds the v4 half's port taken.
-const PORT_RETRIES: usize = 100;
+use crate::ports::{wildcard, SOCKET_BUFFER_SIZE};
 
 /// A bound socket and the offloads the kernel confirmed for it.
 pub(super) struct Listener {
@@ -22,7 +18,7 @@ pub(super) struct Listener {
 
 /// Opens one family's socket on `port`. `offload` false leaves UDP GSO/GRO off; `share` makes
 /// the port shareable with connected sockets (`SO_REUSEPORT` alone, see
-/// [`reuse_port_control`](super::connected::reuse_port_control)).
+/// [`reuse_port_control`](crate::connected::reuse_port_control)).
 pub(super) fn listen(
     v6: bool,
     port: u16,
@@ -57,63 +53,25 @@ pub(super) fn listen(
         sock.set_mark(mark)?;
     }
     if share {
-        super::connected::reuse_port_control(&sock)?;
+        crate::connected::reuse_port_control(&sock)?;
     }
-    let addr = if v6 {
-        SocketAddr::from((Ipv6Addr::UNSPECIFIED, port))
-    } else {
-        SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))
-    };
-    sock.bind(&addr.into())?;
+    sock.bind(&wildcard(v6, port).into())?;
     let fd = sock.as_fd();
     let gso = offload && sockopt::get_int(fd, libc::SOL_UDP, UDP_SEGMENT).is_ok();
     let gro = offload && sockopt::get_int(fd, libc::SOL_UDP, UDP_GRO).is_ok_and(|v| v == 1);
     Ok(Listener { sock, gso, gro })
 }
 
-/// The port a socket is bound to.
-pub(super) fn local_port(sock: &Socket) -> io::Result<u16> {
-    sock.local_addr()?
-        .as_socket()
-        .map(|a| a.port())
-        .ok_or_else(|| io::Error::other("socket has no IP address"))
-}
-
-fn is_errno(e: &io::Error, errno: i32) -> bool {
-    e.raw_os_error() == Some(errno)
-}
-
-/// Opens IPv4 then IPv6 on the same port. A family the system lacks (EAFNOSUPPORT) is left
-/// out; both missing is that error. With `port` 0, a v6 clash on the port the kernel picked
-/// for v4 closes v4 and tries again with a new port, up to [`PORT_RETRIES`] times.
+/// Opens IPv4 then IPv6 on the same port (see [`crate::ports::listen_pair`]).
 pub(super) fn listen_pair(
     port: u16,
     mark: u32,
     offload: bool,
     share: bool,
 ) -> io::Result<(Option<Listener>, Option<Listener>, u16)> {
-    for _ in 0..PORT_RETRIES {
-        let v4 = match listen(false, port, mark, offload, share) {
-            Ok(l) => Some(l),
-            Err(e) if is_errno(&e, libc::EAFNOSUPPORT) => None,
-            Err(e) => return Err(e),
-        };
-        let actual = match &v4 {
-            Some(l) => local_port(&l.sock)?,
-            None => port,
-        };
-        let v6 = match listen(true, actual, mark, offload, share) {
-            Ok(l) => Some(l),
-            Err(e) if is_errno(&e, libc::EAFNOSUPPORT) => None,
-            Err(e) if is_errno(&e, libc::EADDRINUSE) && port == 0 && v4.is_some() => continue,
-            Err(e) => return Err(e),
-        };
-        let actual = match (&v4, &v6) {
-            (None, None) => return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
-            (None, Some(l)) => local_port(&l.sock)?,
-            (Some(_), _) => actual,
-        };
-        return Ok((v4, v6, actual));
-    }
-    Err(io::Error::from_raw_os_error(libc::EADDRINUSE))
+    crate::ports::listen_pair(
+        port,
+        |v6, port| listen(v6, port, mark, offload, share),
+        |l| &l.sock,
+    )
 }

@@ -15,52 +15,48 @@
 //! (see [`connected`]); its readers are handed to the device through the
 //! [`ReceiveFuncStarter`](crate::ReceiveFuncStarter) installed before `open`.
 
-pub mod connected;
 mod listen;
 mod recv;
-mod segments;
-mod send;
-mod stats;
+pub(crate) mod segments;
+pub(crate) mod send;
 #[cfg(test)]
 mod tests;
-
-pub use connected::{ConnectedConfig, ConnectedSockets, ConnectedStats};
-pub use stats::BindStats;
 
 use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use socket2::Socket;
 use vpn_sys::cmsg::PktInfo;
 use vpn_sys::mmsg::{self, MsgPlan, SendBatch};
 
+use crate::bind_core::{Core, Shared};
+use crate::connected::ConnectedSockets;
 use crate::{
     err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, ReceiveFuncStarter,
     IDEAL_BATCH_SIZE,
 };
 use recv::Reader;
 use send::{send_all, Sent, MAX_V4_PAYLOAD, MAX_V6_PAYLOAD};
-use stats::Stats;
 
-/// One address family's socket, shared by the bind and that family's reader.
-struct Family {
+/// One address family's socket, shared by the bind and that family's reader (and the socket
+/// of a connected pair).
+pub(crate) struct Family {
     /// `None` once closed. Readers and senders hold the read lock during their syscall.
-    sock: RwLock<Option<Socket>>,
-    closed: AtomicBool,
-    v6: bool,
+    pub(crate) sock: RwLock<Option<Socket>>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) v6: bool,
     /// UDP GSO usable; cleared for good on EIO.
-    gso: AtomicBool,
+    pub(crate) gso: AtomicBool,
     /// UDP GRO confirmed on the socket.
-    gro: bool,
+    pub(crate) gro: bool,
 }
 
 impl Family {
-    fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
 
@@ -82,7 +78,7 @@ impl Family {
         }
     }
 
-    fn send_batch<F>(
+    pub(crate) fn send_batch<F>(
         &self,
         pool: &Mutex<Vec<SendScratch>>,
         bufs: &[&[u8]],
@@ -137,7 +133,7 @@ impl Family {
     }
 
     /// Wakes and stops the reader, then closes the descriptor.
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         if let Some(s) = self.sock.read().as_ref() {
             // ENOTCONN on an unconnected UDP socket is expected: the kernel still marks it
@@ -148,78 +144,17 @@ impl Family {
     }
 }
 
-#[derive(Default)]
-struct State {
-    open: bool,
-    v4: Option<Arc<Family>>,
-    v6: Option<Arc<Family>>,
-    /// The connected sockets of this open (with connected sockets on and a starter installed).
-    connected: Option<Arc<ConnectedSockets>>,
-}
-
 /// Per-send arrays, pooled so concurrent senders neither allocate nor serialise.
-struct SendScratch {
+pub(crate) struct SendScratch {
     batch: SendBatch,
     plans: Vec<MsgPlan>,
 }
 
 impl SendScratch {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         SendScratch {
             batch: SendBatch::new(IDEAL_BATCH_SIZE),
             plans: Vec::with_capacity(IDEAL_BATCH_SIZE),
-        }
-    }
-}
-
-/// Whether and how a [`StdNetBind`] uses connected sockets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectedOptions {
-    /// Connected sockets on.
-    pub enabled: bool,
-    /// Bytes (sent + received within one idle interval) before a pair gets a socket.
-    pub open_after: u64,
-    /// Most pair sockets at once.
-    pub max_sockets: usize,
-    /// Largest datagram expected (sizes the first receive slots; 0: smallest).
-    pub max_datagram: usize,
-    /// Idle-check period.
-    pub idle_interval: Duration,
-}
-
-impl Default for ConnectedOptions {
-    fn default() -> Self {
-        ConnectedOptions {
-            enabled: false,
-            open_after: connected::DEFAULT_OPEN_AFTER,
-            max_sockets: connected::DEFAULT_MAX_SOCKETS,
-            max_datagram: 0,
-            idle_interval: connected::DEFAULT_IDLE_INTERVAL,
-        }
-    }
-}
-
-impl ConnectedOptions {
-    /// From the environment, for daemons: `VPN_CONNECTED_SOCKETS=1` turns them on;
-    /// `VPN_CONNECTED_OPEN_AFTER` (bytes), `VPN_CONNECTED_MAX_SOCKETS` and
-    /// `VPN_CONNECTED_IDLE_MS` override the defaults (tests use a short idle interval).
-    pub fn from_env() -> Self {
-        Self::from_vars(|k| std::env::var(k).ok())
-    }
-
-    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
-        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
-        let d = Self::default();
-        ConnectedOptions {
-            enabled: get("VPN_CONNECTED_SOCKETS").is_some_and(|v| v.trim() == "1"),
-            open_after: num("VPN_CONNECTED_OPEN_AFTER").unwrap_or(d.open_after),
-            max_sockets: num("VPN_CONNECTED_MAX_SOCKETS")
-                .and_then(|v| usize::try_from(v).ok())
-                .unwrap_or(d.max_sockets),
-            max_datagram: d.max_datagram,
-            idle_interval: num("VPN_CONNECTED_IDLE_MS")
-                .filter(|&ms| ms > 0)
-                .map_or(d.idle_interval, Duration::from_millis),
         }
     }
 }
@@ -230,20 +165,22 @@ impl ConnectedOptions {
 /// when the system lacks that family). Receive functions accept buffers of any size: with UDP
 /// GRO they copy segments out of a private 128 KiB scratch area per reader.
 pub struct StdNetBind {
-    state: RwLock<State>,
+    core: Core<Family>,
     /// Shared with the connected sockets' control, which applies it to every dial.
     mark: Arc<AtomicU32>,
     offload: bool,
-    stats: Arc<Stats>,
     send_pool: Mutex<Vec<SendScratch>>,
-    connected_opts: ConnectedOptions,
-    starter: Mutex<Option<Arc<dyn ReceiveFuncStarter>>>,
-    connected_counters: Arc<connected::Counters>,
 }
 
 impl Default for StdNetBind {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl Shared for Family {
+    fn close(&self) {
+        Family::close(self)
     }
 }
 
@@ -257,88 +194,33 @@ impl StdNetBind {
     /// paths known to mishandle them).
     pub fn with_offload(offload: bool) -> Self {
         StdNetBind {
-            state: RwLock::new(State::default()),
+            core: Core::new(),
             mark: Arc::new(AtomicU32::new(0)),
             offload,
-            stats: Arc::default(),
             send_pool: Mutex::new(Vec::new()),
-            connected_opts: ConnectedOptions::default(),
-            starter: Mutex::new(None),
-            connected_counters: Arc::default(),
         }
     }
 
-    /// Turns connected sockets on or off (default off) for later `open`s. They take effect
-    /// only once the device installs a receive-function starter.
-    pub fn with_connected_sockets(self, on: bool) -> Self {
-        let opts = ConnectedOptions {
-            enabled: on,
-            ..self.connected_opts
-        };
-        self.with_connected_options(opts)
-    }
-
-    /// Sets every connected-socket option at once.
-    pub fn with_connected_options(mut self, opts: ConnectedOptions) -> Self {
-        self.connected_opts = opts;
-        self
-    }
-
-    /// The connected sockets of the current open, if any.
-    pub fn connected_sockets(&self) -> Option<Arc<ConnectedSockets>> {
-        self.state.read().connected.clone()
-    }
+    crate::bind_core::common_methods!();
 
     /// The set for a fresh open on `port`, when connected sockets are on and a starter is
-    /// installed.
+    /// installed; every pair socket gets the bind's fwmark.
     fn new_connected(&self, port: u16) -> Option<Arc<ConnectedSockets>> {
-        if !self.connected_opts.enabled {
-            return None;
-        }
-        let starter = self.starter.lock().clone()?;
         let mark = self.mark.clone();
-        let o = self.connected_opts;
-        let mut cfg = ConnectedConfig::new(
-            port,
-            Arc::new(move |f, buf, batch| starter.start(f, buf, batch)),
-        );
-        cfg.control = Some(Arc::new(move |s: &Socket| {
-            match mark.load(Ordering::Relaxed) {
-                0 => Ok(()),
-                m => s.set_mark(m),
-            }
-        }));
-        cfg.max_sockets = o.max_sockets;
-        cfg.max_datagram = o.max_datagram;
-        cfg.open_after = o.open_after;
-        cfg.idle_interval = o.idle_interval;
-        cfg.offload = self.offload;
-        Some(Arc::new(ConnectedSockets::with_counters(
-            cfg,
-            self.connected_counters.clone(),
-        )))
-    }
-
-    /// The counters since creation.
-    pub fn stats(&self) -> BindStats {
-        let c = self.connected_counters.snapshot();
-        BindStats {
-            connected_open: c.open,
-            connected_dials: c.dials,
-            connected_datagrams_sent: c.datagrams_sent,
-            connected_datagrams_received: c.datagrams_received,
-            ..self.stats.snapshot()
-        }
+        let control = Arc::new(move |s: &Socket| match mark.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            m => s.set_mark(m),
+        });
+        self.core.new_connected(port, control, self.offload)
     }
 
     /// Whether UDP GSO (send) and GRO (receive) are in use on the IPv4 and IPv6 sockets, as
     /// `[(gso, gro) for v4, for v6]`; `None` for a family that is not open.
     pub fn offloads(&self) -> [Option<(bool, bool)>; 2] {
-        let st = self.state.read();
-        let f = |fam: &Option<Arc<Family>>| {
-            fam.as_ref().map(|f| (f.gso.load(Ordering::Relaxed), f.gro))
-        };
-        [f(&st.v4), f(&st.v6)]
+        self.core
+            .state
+            .read()
+            .per_family(|f| (f.gso.load(Ordering::Relaxed), f.gro))
     }
 
     /// The raw fds of the IPv4 and IPv6 listening sockets while open (`None` for a family that
@@ -347,48 +229,32 @@ impl StdNetBind {
     /// ownership; an fd is valid until the next close or rebind.
     pub fn socket_fds(&self) -> [Option<std::os::fd::RawFd>; 2] {
         use std::os::fd::AsRawFd;
-        let st = self.state.read();
-        let f = |fam: &Option<Arc<Family>>| {
-            fam.as_ref()
-                .and_then(|f| f.sock.read().as_ref().map(AsRawFd::as_raw_fd))
-        };
-        [f(&st.v4), f(&st.v6)]
+        let [v4, v6] = self
+            .core
+            .state
+            .read()
+            .per_family(|f| f.sock.read().as_ref().map(AsRawFd::as_raw_fd));
+        [v4.flatten(), v6.flatten()]
     }
 
     #[cfg(test)]
     fn with_socket<R>(&self, v6: bool, f: impl FnOnce(&Socket) -> R) -> Option<R> {
-        let st = self.state.read();
+        let st = self.core.state.read();
         let fam = if v6 { st.v6.as_ref() } else { st.v4.as_ref() }?;
         let guard = fam.sock.read();
         guard.as_ref().map(f)
     }
 }
 
-/// A v4-mapped IPv6 destination goes out of the IPv4 socket (the v6 one is v6-only).
-fn canonical(dst: SocketAddr) -> SocketAddr {
-    match dst {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::from((v4, v6.port())),
-            None => dst,
-        },
-        v4 => v4,
-    }
-}
-
 impl Bind for StdNetBind {
     fn open(&self, port: u16) -> io::Result<(Vec<ReceiveFunc>, u16)> {
-        let mut st = self.state.write();
-        if st.open {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                "bind already open",
-            ));
-        }
+        let mut st = self.core.state.write();
+        Core::check_closed(&st)?;
         let (v4, v6, port) = listen::listen_pair(
             port,
             self.mark.load(Ordering::Relaxed),
             self.offload,
-            self.connected_opts.enabled,
+            self.core.connected_opts.enabled,
         )?;
         let family = |l: listen::Listener, v6: bool| {
             Arc::new(Family {
@@ -404,8 +270,9 @@ impl Bind for StdNetBind {
         st.open = true;
         st.connected = self.new_connected(port);
         let mut fns: Vec<ReceiveFunc> = Vec::with_capacity(2);
-        for fam in [&st.v4, &st.v6].into_iter().flatten() {
-            let mut reader = Reader::new(fam.clone(), self.stats.clone(), st.connected.clone());
+        for fam in st.families() {
+            let mut reader =
+                Reader::new(fam.clone(), self.core.stats.clone(), st.connected.clone());
             fns.push(Box::new(move |bufs, sizes, eps| {
                 reader.read(bufs, sizes, eps)
             }));
@@ -414,22 +281,13 @@ impl Bind for StdNetBind {
     }
 
     fn close(&self) -> io::Result<()> {
-        // Held throughout so a following `open` finds the port free.
-        let mut st = self.state.write();
-        st.open = false;
-        // First, so that the started readers end and a following open can dial again.
-        if let Some(c) = st.connected.take() {
-            c.close();
-        }
-        for fam in [st.v4.take(), st.v6.take()].into_iter().flatten() {
-            fam.close();
-        }
+        self.core.close();
         Ok(())
     }
 
     fn set_mark(&self, mark: u32) -> io::Result<()> {
-        let st = self.state.read();
-        for fam in [&st.v4, &st.v6].into_iter().flatten() {
+        let st = self.core.state.read();
+        for fam in st.families() {
             if let Some(s) = fam.sock.read().as_ref() {
                 s.set_mark(mark)?;
             }
@@ -447,27 +305,11 @@ impl Bind for StdNetBind {
         if bufs.is_empty() {
             return Ok(());
         }
-        let dst = canonical(ep.dst);
-        let (fam, connected) = {
-            let st = self.state.read();
-            if !st.open {
-                return Err(err_closed());
-            }
-            let connected = st.connected.clone();
-            let fam = if dst.is_ipv6() { &st.v6 } else { &st.v4 };
-            let fam = fam
-                .clone()
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
-            (fam, connected)
-        };
-        // A sticky source picks the pair directly (replies leave through the socket the peer
-        // reached); otherwise the route's choice. Not handled: the shared socket sends.
-        if let Some(c) = connected {
-            let local = ep.src.map(|s| s.ip);
-            if let Some(r) = c.send_from(dst, local, bufs) {
-                return r;
-            }
+        let route = self.core.route(ep)?;
+        if let Some(r) = route.send_connected(bufs, ep.src.map(|s| s.ip)) {
+            return r;
         }
+        let (fam, dst) = (&route.fam, route.dst);
         let src = ep
             .src
             .filter(|s| s.ip.is_ipv6() == dst.is_ipv6())
@@ -478,7 +320,7 @@ impl Bind for StdNetBind {
         if let [one] = bufs {
             let result = fam.send_one(one, &dst, src);
             if result.is_ok() {
-                self.stats.send(1, 0);
+                self.core.stats.send(1, 0);
             }
             return result;
         }
@@ -490,7 +332,7 @@ impl Bind for StdNetBind {
             &mut sent,
             |batch, sock, s, b, p| batch.send(sock.as_fd(), &dst, s, b, p),
         );
-        self.stats.send(sent.datagrams, sent.gso_messages);
+        self.core.stats.send(sent.datagrams, sent.gso_messages);
         result
     }
 
@@ -499,6 +341,6 @@ impl Bind for StdNetBind {
     }
 
     fn set_receive_func_starter(&self, starter: Arc<dyn ReceiveFuncStarter>) {
-        *self.starter.lock() = Some(starter);
+        self.core.set_starter(starter);
     }
 }

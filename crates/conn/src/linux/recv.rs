@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
-use super::connected::ConnectedSockets;
 use super::segments::{split, Layout, GRO_SEGMENTS};
-use super::stats::Stats;
 use super::Family;
+use crate::connected::ConnectedSockets;
+use crate::stats::Stats;
 use crate::{err_closed, Endpoint, StickySource, IDEAL_BATCH_SIZE};
 
 /// The largest UDP datagram (and GRO super-datagram) the kernel hands up.
@@ -187,47 +187,6 @@ pub(super) struct Reader {
     connected: Option<Arc<ConnectedSockets>>,
 }
 
-/// WireGuard transport messages (type 4) are what makes a pair busy; handshakes and strangers'
-/// junk do not count toward opening a socket.
-const MESSAGE_TRANSPORT: u8 = 4;
-/// Header plus tag of the smallest transport message (a keepalive).
-const TRANSPORT_MIN_SIZE: usize = 32;
-
-/// Calls `dial(source, local, bytes)` once per run of consecutive transport messages with the
-/// same source and local destination among the first `n` entries.
-pub(super) fn count_runs(
-    bufs: &[&mut [u8]],
-    sizes: &[usize],
-    eps: &[Endpoint],
-    n: usize,
-    mut dial: impl FnMut(std::net::SocketAddr, std::net::IpAddr, u64),
-) {
-    let mut run: Option<(std::net::SocketAddr, std::net::IpAddr, u64)> = None;
-    for i in 0..n {
-        let (Some(buf), Some(&size), Some(ep)) = (bufs.get(i), sizes.get(i), eps.get(i)) else {
-            break;
-        };
-        let Some(local) = ep.src.map(|s| s.ip) else {
-            continue;
-        };
-        if size < TRANSPORT_MIN_SIZE || buf.first() != Some(&MESSAGE_TRANSPORT) {
-            continue;
-        }
-        match &mut run {
-            Some((src, l, bytes)) if *src == ep.dst && *l == local => *bytes += size as u64,
-            _ => {
-                if let Some((src, l, bytes)) = run.take() {
-                    dial(src, l, bytes);
-                }
-                run = Some((ep.dst, local, size as u64));
-            }
-        }
-    }
-    if let Some((src, l, bytes)) = run {
-        dial(src, l, bytes);
-    }
-}
-
 impl Reader {
     pub(super) fn new(
         fam: Arc<Family>,
@@ -255,9 +214,7 @@ impl Reader {
     ) -> io::Result<usize> {
         let n = self.read_batch(bufs, sizes, eps)?;
         if let Some(c) = &self.connected {
-            count_runs(bufs, sizes, eps, n, |src, local, bytes| {
-                c.dial(src, local, bytes);
-            });
+            c.count_received(bufs, sizes, eps, n, false);
         }
         Ok(n)
     }

@@ -21,11 +21,11 @@ use vpn_sys::mmsg::RecvMeta;
 use crate::Endpoint;
 
 /// Most segments the kernel coalesces into one GRO read (`UDP_GRO_CNT_MAX`).
-pub(in crate::linux) const GRO_SEGMENTS: usize = 64;
+pub(crate) const GRO_SEGMENTS: usize = 64;
 
 /// What splitting one read produced.
 #[derive(Default, Debug, PartialEq, Eq)]
-pub(in crate::linux) struct Filled {
+pub(crate) struct Filled {
     /// Entries up to and including the last one filled (the receive function's result).
     pub entries: usize,
     pub datagrams: usize,
@@ -40,7 +40,7 @@ pub(in crate::linux) struct Filled {
 /// How a read placed its datagrams: message `j` in buffer `j * stride`, at most `slot` bytes,
 /// GRO super-datagrams to split or not.
 #[derive(Clone, Copy, Debug)]
-pub(in crate::linux) struct Layout {
+pub(crate) struct Layout {
     pub stride: usize,
     pub slot: usize,
     pub gro: bool,
@@ -53,7 +53,7 @@ pub(in crate::linux) struct Layout {
 /// Turns the `got` messages of a read into entries: message `j` sits in `bufs[j * stride]`
 /// (or, scattered, starts there); with `gro`, its segments are spread over the following
 /// buffers of its run. Sizes of unused entries are set to 0.
-pub(in crate::linux) fn split(
+pub(crate) fn split(
     bufs: &mut [&mut [u8]],
     sizes: &mut [usize],
     eps: &mut [Endpoint],

@@ -59,7 +59,7 @@ pub(super) fn plan(bufs: &[&[u8]], gso: bool, max_total: usize, plans: &mut Vec<
 
 /// What a batch achieved, for the statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Sent {
+pub(crate) struct Sent {
     pub datagrams: usize,
     pub gso_messages: usize,
 }

@@ -89,7 +89,7 @@ pub(crate) fn spawn(
             // Allocated once per device: the largest link notification is a few KiB.
             let mut buf = vec![0u8; 16 * 1024];
             loop {
-                match sys::poll_or_wake(nl.as_raw_fd(), libc::POLLIN, wake.as_fd()) {
+                match vpn_sys::poll::poll_or_wake(nl.as_raw_fd(), libc::POLLIN, wake.as_fd()) {
                     Ok(false) => {}
                     Ok(true) => return,
                     Err(e) => {

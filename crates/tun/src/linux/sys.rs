@@ -163,45 +163,6 @@ pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
     }
 }
 
-/// Waits until `fd` has `events` (POLLIN or POLLOUT) or `wake` is readable, without a
-/// timeout. Returns whether `wake` fired. EINTR is retried.
-pub(crate) fn poll_or_wake(
-    fd: RawFd,
-    events: libc::c_short,
-    wake: BorrowedFd<'_>,
-) -> io::Result<bool> {
-    loop {
-        let mut fds = [
-            libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: fds is a valid array of 2 pollfd for the duration of the call.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if fds[1].revents != 0 {
-            return Ok(true);
-        }
-        if fds[0].revents != 0 {
-            // Readable, writable or an error the next read/write will report.
-            return Ok(false);
-        }
-    }
-}
-
 /// `read(2)`.
 pub(crate) fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the kernel writes at most buf.len() bytes into buf.

@@ -11,49 +11,14 @@ use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
+use super::slots::{initial_tier, is_transient, should_pause, COALESCE_DELAY};
+pub(super) use super::slots::{READ_BATCH, SLOT_TIERS};
 use super::{canonical, Inner, Pair};
 use crate::linux::segments::{split, Layout, GRO_SEGMENTS};
 use crate::{err_closed, Endpoint, ReceiveFunc, StickySource};
-
-/// Buffers a pair reader asks the device for: one GRO super-datagram's worth of segments
-/// (`groMaxSegments`), or as many plain datagrams.
-pub(super) const READ_BATCH: usize = 64;
-/// Slot sizes: any tunnel MTU up to about 2000, a 9000-byte MTU plus overhead, the largest
-/// UDP datagram. A datagram that fills its slot moves the socket to the next one for good.
-pub(super) const SLOT_TIERS: [usize; 3] = [2048, 9217, 65_535];
-/// A read that returned at least this many datagrams, but fewer than it could have, makes the
-/// next read wait [`COALESCE_DELAY`] so that a fuller batch can build up.
-const COALESCE_MIN: usize = 4;
-/// The pause after a partial batch (Linux; more would hurt round-trip times).
-const COALESCE_DELAY: Duration = Duration::from_micros(200);
-
-/// The smallest tier whose slot holds `max_datagram` without filling it.
-pub(super) fn initial_tier(max_datagram: usize) -> usize {
-    SLOT_TIERS
-        .iter()
-        .position(|&s| s > max_datagram)
-        .unwrap_or(SLOT_TIERS.len() - 1)
-}
-
-/// Transient errors a connected socket reports from ICMP messages: the reader keeps going.
-fn is_transient(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::Interrupted
-        || matches!(
-            e.raw_os_error(),
-            Some(
-                libc::EAGAIN
-                    | libc::ECONNREFUSED
-                    | libc::EHOSTUNREACH
-                    | libc::ENETUNREACH
-                    | libc::EHOSTDOWN
-                    | libc::EMSGSIZE
-            )
-        )
-}
 
 /// The state behind one pair socket's receive function.
 pub(super) struct PairReader {
@@ -143,7 +108,7 @@ impl PairReader {
             if got == 0 {
                 continue;
             }
-            self.pause = got >= COALESCE_MIN && got < capacity;
+            self.pause = should_pause(got, capacity);
             let remote = self.pair.key.remote;
             let src = Some(StickySource {
                 ip: self.pair.key.local,

@@ -1,11 +1,13 @@
 //! Connected sockets against real sockets on loopback (reference-behaviour §4.10, Linux).
 
-use super::reader::SLOT_TIERS;
+use super::reader::{self, SLOT_TIERS};
 use super::*;
 use crate::linux::segments::{split, Layout};
 use crate::{is_err_closed, Endpoint};
+use parking_lot::RwLock;
 use socket2::{Domain, Protocol, Type};
 use std::net::UdpSocket;
+use std::os::fd::AsFd;
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc;
 use std::time::Duration;

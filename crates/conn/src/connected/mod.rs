@@ -13,31 +13,45 @@
 //! before dialling; a generation counter discards dials that raced a rebind or close; a failed
 //! dial backs off; each idle interval closes unused sockets, resets the byte counts, forgets
 //! stale routes and re-checks the rest.
+//!
+//! The policy here is the same on every platform. What differs lives in one file per OS
+//! (`linux.rs`, `darwin.rs`): how a socket shares the port, the options a pair socket gets,
+//! and how a pair socket sends and reads (Linux: `sendmmsg`/`recvmmsg` with UDP GSO/GRO;
+//! darwin: `sendmsg_x`/`recvmsg_x` when the batch self-test passed, else one datagram per
+//! call).
 
 mod check;
+mod options;
+#[cfg(target_vendor = "apple")]
+#[path = "darwin.rs"]
+mod os;
+#[cfg(target_os = "linux")]
+#[path = "linux.rs"]
+mod os;
+#[cfg(target_os = "linux")]
 mod reader;
+pub(crate) mod slots;
 mod sock;
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests;
 
 pub use check::connected_delivery_check;
-pub use sock::reuse_port_control;
+pub use options::ConnectedOptions;
+pub use os::reuse_port_control;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex};
 use socket2::Socket;
 
-use super::send::Sent;
-use super::{canonical, Family, SendScratch};
-use crate::{is_err_closed, ReceiveFunc};
+use crate::{is_err_closed, Endpoint, ReceiveFunc};
+use os::{Family, SendPool};
 
 /// Bytes a pair carries (sent + received) within one idle interval before it gets a socket.
 pub const DEFAULT_OPEN_AFTER: u64 = 1 << 20;
@@ -61,7 +75,8 @@ pub type ReaderHook = Arc<dyn Fn(ReceiveFunc, usize, usize) -> bool + Send + Syn
 pub struct ConnectedConfig {
     /// The shared port (0: dial nothing until [`ConnectedSockets::rebind`] names one).
     pub port: u16,
-    /// Applied to every socket before connect.
+    /// Applied to every socket before connect (fwmark on Linux, don't-fragment on darwin:
+    /// [`StdNetBind`](crate::StdNetBind) puts its own settings here).
     pub control: Option<Control>,
     /// Most sockets at once (0: [`DEFAULT_MAX_SOCKETS`]).
     pub max_sockets: usize,
@@ -73,7 +88,8 @@ pub struct ConnectedConfig {
     pub idle_interval: Duration,
     /// Back-off after a failed dial.
     pub retry_after: Duration,
-    /// Use UDP GSO/GRO on pair sockets where the kernel offers them.
+    /// Use UDP GSO/GRO on pair sockets where the kernel offers them (Linux), or batched
+    /// `sendmsg_x`/`recvmsg_x` where the self-test passed (darwin).
     pub offload: bool,
     /// Receives every new socket's receive function.
     pub reader: ReaderHook,
@@ -113,6 +129,8 @@ pub struct ConnectedStats {
     pub gro_super_datagrams: u64,
     /// Datagrams lost because they overflowed a receive slot.
     pub oversize_drops: u64,
+    /// Datagrams dropped because a batched send on a pair socket accepted none of them.
+    pub send_drops: u64,
 }
 
 /// Cumulative counters, shared with the owner so they outlive one set.
@@ -124,6 +142,7 @@ pub(crate) struct Counters {
     received: AtomicU64,
     gro: AtomicU64,
     oversize: AtomicU64,
+    send_drops: AtomicU64,
     open: AtomicU64,
 }
 
@@ -149,6 +168,7 @@ impl Counters {
             datagrams_received: self.received.load(Relaxed),
             gro_super_datagrams: self.gro.load(Relaxed),
             oversize_drops: self.oversize.load(Relaxed),
+            send_drops: self.send_drops.load(Relaxed),
         }
     }
 }
@@ -191,7 +211,7 @@ pub(crate) struct Inner {
     /// Held while dialling: one dial at a time, others fall back instead of waiting.
     dialing: Mutex<()>,
     counters: Arc<Counters>,
-    send_pool: Mutex<Vec<SendScratch>>,
+    send_pool: SendPool,
     /// Wakes the idle timer on close.
     tick: (Mutex<bool>, Condvar),
 }
@@ -229,7 +249,7 @@ impl ConnectedSockets {
             cfg,
             dialing: Mutex::new(()),
             counters,
-            send_pool: Mutex::new(Vec::new()),
+            send_pool: SendPool::default(),
             tick: (Mutex::new(false), Condvar::new()),
         });
         let timer = (!inner.cfg.idle_interval.is_zero()).then(|| {
@@ -286,6 +306,23 @@ impl ConnectedSockets {
         self.inner
             .open(canonical(src), Some(local), size, false)
             .is_some()
+    }
+
+    /// Counts what a shared socket's read returned (its first `n` entries) toward the pairs'
+    /// thresholds: one [`dial`](Self::dial) per run of transport messages from one source to
+    /// one local address. Where the platform does not report the local address
+    /// (`unknown_local`: darwin) the pair is the one the route to the source picks.
+    pub(crate) fn count_received(
+        &self,
+        bufs: &[&mut [u8]],
+        sizes: &[usize],
+        eps: &[Endpoint],
+        n: usize,
+        unknown_local: bool,
+    ) {
+        count_runs(bufs, sizes, eps, n, unknown_local, |src, local, bytes| {
+            self.inner.open(canonical(src), local, bytes, false);
+        });
     }
 
     /// Moves the set to `port` (0: accept nothing) and closes every socket: call after the
@@ -354,6 +391,17 @@ impl ConnectedSockets {
 impl Drop for ConnectedSockets {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// A v4-mapped IPv6 destination goes out of the IPv4 socket (the v6 one is v6-only).
+pub(crate) fn canonical(dst: SocketAddr) -> SocketAddr {
+    match dst {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => dst,
+        },
+        v4 => v4,
     }
 }
 
@@ -528,15 +576,10 @@ impl Inner {
                 return None;
             }
         };
+        let (gso, gro) = (dialled.gso, dialled.gro);
         let pair = Arc::new(Pair {
             key,
-            fam: Family {
-                sock: RwLock::new(Some(dialled.sock)),
-                closed: AtomicBool::new(false),
-                v6: key.remote.is_ipv6(),
-                gso: AtomicBool::new(dialled.gso),
-                gro: dialled.gro,
-            },
+            fam: os::family(dialled, key.remote.is_ipv6(), self.cfg.offload),
             used: AtomicBool::new(true),
         });
         {
@@ -551,7 +594,7 @@ impl Inner {
             self.update_open(&st);
         }
         let (f, buf_size, batch) =
-            reader::receive_func(pair.clone(), Arc::downgrade(self), self.cfg.max_datagram);
+            os::receive_func(pair.clone(), Arc::downgrade(self), self.cfg.max_datagram);
         if !(self.cfg.reader)(f, buf_size, batch) {
             // An unread socket would swallow the peer's traffic: close it at once, and leave
             // the pair alone for an idle interval (asking again at once would only repeat the
@@ -562,12 +605,7 @@ impl Inner {
             return None;
         }
         self.counters.dials.fetch_add(1, Relaxed);
-        tracing::debug!(
-            ?key,
-            gso = dialled.gso,
-            gro = dialled.gro,
-            "connected socket open"
-        );
+        tracing::debug!(?key, gso, gro, "connected socket open");
         Some(pair)
     }
 
@@ -587,7 +625,7 @@ impl Inner {
             Some(libc::ECONNREFUSED) => Ok(()),
             // The source address (or its route) went away: drop the socket so the next send
             // redials, past the threshold it had already crossed.
-            Some(libc::EADDRNOTAVAIL | libc::ENETUNREACH | libc::EINVAL) => {
+            Some(errno) if is_lost_source(errno, cfg!(target_os = "linux")) => {
                 self.remove(pair);
                 let mut st = self.state.lock();
                 st.pending.insert(pair.key, self.cfg.open_after);
@@ -652,19 +690,154 @@ impl Inner {
     }
 }
 
+/// WireGuard transport messages (type 4) are what makes a pair busy; handshakes and strangers'
+/// junk do not count toward opening a socket.
+const MESSAGE_TRANSPORT: u8 = 4;
+/// Header plus tag of the smallest transport message (a keepalive).
+const TRANSPORT_MIN_SIZE: usize = 32;
+
+/// Calls `dial(source, local, bytes)` once per run of consecutive transport messages with the
+/// same source and local destination among the first `n` entries. Entries without a local
+/// address are skipped, unless `unknown_local` (a platform that does not report it) lets them
+/// run by source alone with local `None`.
+pub(crate) fn count_runs(
+    bufs: &[&mut [u8]],
+    sizes: &[usize],
+    eps: &[Endpoint],
+    n: usize,
+    unknown_local: bool,
+    mut dial: impl FnMut(SocketAddr, Option<IpAddr>, u64),
+) {
+    let mut run: Option<(SocketAddr, Option<IpAddr>, u64)> = None;
+    for i in 0..n {
+        let (Some(buf), Some(&size), Some(ep)) = (bufs.get(i), sizes.get(i), eps.get(i)) else {
+            break;
+        };
+        let local = ep.src.map(|s| s.ip);
+        if local.is_none() && !unknown_local {
+            continue;
+        }
+        if size < TRANSPORT_MIN_SIZE || buf.first() != Some(&MESSAGE_TRANSPORT) {
+            continue;
+        }
+        match &mut run {
+            Some((src, l, bytes)) if *src == ep.dst && *l == local => *bytes += size as u64,
+            _ => {
+                if let Some((src, l, bytes)) = run.take() {
+                    dial(src, l, bytes);
+                }
+                run = Some((ep.dst, local, size as u64));
+            }
+        }
+    }
+    if let Some((src, l, bytes)) = run {
+        dial(src, l, bytes);
+    }
+}
+
+/// Whether a send error means the pair's source address (or its route) went away, so the
+/// socket is dropped and the next send redials: `EADDRNOTAVAIL`, `ENETUNREACH`, and on Linux
+/// also `EINVAL` (what it returns once the bound address vanished; on darwin `EINVAL` means a
+/// malformed call and recycling would not help).
+fn is_lost_source(errno: i32, linux: bool) -> bool {
+    errno == libc::EADDRNOTAVAIL || errno == libc::ENETUNREACH || (linux && errno == libc::EINVAL)
+}
+
 impl Pair {
-    /// Sends `bufs` on this socket with `sendmmsg` and UDP GSO.
+    /// Sends `bufs` on this socket, batched where the platform can (see [`os::send`]).
     fn send(&self, set: &Inner, bufs: &[&[u8]]) -> io::Result<()> {
-        let mut sent = Sent::default();
-        let result = self.fam.send_batch(
-            &set.send_pool,
-            bufs,
-            None,
-            &mut sent,
-            |batch, sock, _, b, p| batch.send_connected(sock.as_fd(), b, p),
-        );
+        let (result, sent, dropped) = os::send(&self.fam, &set.send_pool, bufs);
         self.used.store(true, Relaxed);
-        add(&set.counters.sent, sent.datagrams);
+        add(&set.counters.sent, sent);
+        add(&set.counters.send_drops, dropped);
         result
+    }
+}
+
+#[cfg(test)]
+mod portable_tests {
+    use super::*;
+
+    #[test]
+    fn einval_recycles_the_pair_socket_only_on_linux() {
+        for errno in [libc::EADDRNOTAVAIL, libc::ENETUNREACH] {
+            assert!(is_lost_source(errno, true) && is_lost_source(errno, false));
+        }
+        assert!(is_lost_source(libc::EINVAL, true));
+        assert!(!is_lost_source(libc::EINVAL, false));
+        assert!(!is_lost_source(libc::ENOBUFS, true));
+    }
+
+    /// Runs reported by [`count_runs`] over datagrams `(first byte, size, source, local)`.
+    fn runs(
+        dgrams: &[(u8, usize, &str, Option<&str>)],
+        unknown_local: bool,
+    ) -> Vec<(SocketAddr, Option<IpAddr>, u64)> {
+        let mut storage: Vec<Vec<u8>> = dgrams.iter().map(|d| vec![d.0; d.1]).collect();
+        let bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let sizes: Vec<usize> = dgrams.iter().map(|d| d.1).collect();
+        let eps: Vec<Endpoint> = dgrams
+            .iter()
+            .map(|d| Endpoint {
+                dst: d.2.parse().unwrap(),
+                src: d.3.map(|l| crate::StickySource {
+                    ip: l.parse().unwrap(),
+                    ifindex: 0,
+                }),
+            })
+            .collect();
+        let mut out = Vec::new();
+        count_runs(
+            &bufs,
+            &sizes,
+            &eps,
+            dgrams.len(),
+            unknown_local,
+            |s, l, b| out.push((s, l, b)),
+        );
+        out
+    }
+
+    #[test]
+    fn received_transport_bytes_count_once_per_run_of_source_and_local() {
+        let (a, b) = ("198.18.0.1:1", "198.18.0.2:1");
+        let l = Some("198.18.0.9");
+        let got = runs(
+            &[
+                (4, 100, a, l),
+                (4, 50, a, l),
+                (1, 148, a, l), // a handshake: not counted, does not end the run
+                (4, 20, a, l),  // shorter than a keepalive: not counted
+                (4, 40, b, l),
+                (4, 60, a, l),
+                (4, 70, a, None), // no local address: skipped here
+            ],
+            false,
+        );
+        let ip = l.map(|l| l.parse().unwrap());
+        assert_eq!(
+            got,
+            [
+                (a.parse().unwrap(), ip, 150),
+                (b.parse().unwrap(), ip, 40),
+                (a.parse().unwrap(), ip, 60)
+            ]
+        );
+    }
+
+    #[test]
+    fn without_local_addresses_runs_go_by_source_alone() {
+        let a = "198.18.0.1:1";
+        let got = runs(&[(4, 100, a, None), (4, 50, a, None)], true);
+        assert_eq!(got, [(a.parse().unwrap(), None, 150)]);
+        assert!(runs(&[(4, 100, a, None)], false).is_empty());
+    }
+
+    #[test]
+    fn v4_mapped_destinations_are_sent_as_ipv4() {
+        let mapped: SocketAddr = "[::ffff:198.18.0.1]:51820".parse().unwrap();
+        assert_eq!(canonical(mapped), "198.18.0.1:51820".parse().unwrap());
+        let v6: SocketAddr = "[fd00::1]:51820".parse().unwrap();
+        assert_eq!(canonical(v6), v6);
     }
 }

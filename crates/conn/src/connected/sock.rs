@@ -1,28 +1,15 @@
-//! The system side of connected sockets: making a socket share the port, dialling a pair,
+//! The system side of connected sockets that is the same on every platform: dialling a pair,
 //! asking the kernel which local address a route picks, and whether an address still exists.
+//! Port sharing and per-socket options are per OS (`os::reuse_port_control`, `os::prepare`).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
-use std::os::fd::AsFd;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use vpn_sys::sockopt::{self, SO_RCVBUFFORCE, UDP_GRO, UDP_SEGMENT};
 
-use super::{Control, Key};
-
-/// `SO_SNDBUF` of each pair socket (`connectedBufSize`).
-pub(super) const PAIR_SEND_BUFFER: usize = 1 << 20;
-/// `SO_RCVBUF` a pair socket is raised to (`connectedRecvBufSize` on Linux); never lowered.
-pub(super) const PAIR_RECV_BUFFER: usize = 4 << 20;
-
-/// Makes `sock` share its port with the bind's other sockets: `SO_REUSEPORT` alone.
-///
-/// Linux only lets sockets of the same effective UID join a reuse-port group, so another user
-/// cannot bind the port and steal traffic. `SO_REUSEADDR` is deliberately not set: UDP sockets
-/// that all set it share a port without that user check (reference-behaviour §4.6).
-pub fn reuse_port_control(sock: &Socket) -> io::Result<()> {
-    sock.set_reuse_port(true)
-}
+use super::{os, Control, Key};
+#[cfg(all(test, target_os = "linux"))]
+pub(super) use os::PAIR_RECV_BUFFER;
 
 fn domain_of(ip: IpAddr) -> Domain {
     if ip.is_ipv6() {
@@ -68,7 +55,7 @@ pub(super) fn local_addr_present(ip: IpAddr, scope: u32) -> bool {
     }
 }
 
-/// A dialled pair socket and the offloads the kernel confirmed on it.
+/// A dialled pair socket and the offloads the kernel confirmed on it (none on darwin).
 pub(super) struct Dialled {
     pub sock: Socket,
     pub gso: bool,
@@ -92,28 +79,6 @@ fn bind_addr(key: &Key, port: u16) -> SocketAddr {
     }
 }
 
-/// Options every pair socket gets before `bind`: port sharing, UDP GRO (kernels ≥ 5.12 only,
-/// peers.md), a 1 MiB send buffer and a receive buffer raised (never lowered) to 4 MiB.
-fn prepare(sock: &Socket, offload: bool) -> io::Result<()> {
-    reuse_port_control(sock)?;
-    let fd = sock.as_fd();
-    if offload && sockopt::kernel_at_least(5, 12) {
-        let _ = sockopt::set_int(fd, libc::SOL_UDP, UDP_GRO, 1);
-    }
-    let _ = sock.set_send_buffer_size(PAIR_SEND_BUFFER);
-    // The kernel reports twice the size set; compare with that in mind.
-    if sock.recv_buffer_size().unwrap_or(0) < 2 * PAIR_RECV_BUFFER {
-        let _ = sock.set_recv_buffer_size(PAIR_RECV_BUFFER);
-        let _ = sockopt::set_int(
-            fd,
-            libc::SOL_SOCKET,
-            SO_RCVBUFFORCE,
-            PAIR_RECV_BUFFER as libc::c_int,
-        );
-    }
-    Ok(())
-}
-
 /// Binds a new socket to `(key.local, port)`, sharing the port, with the caller's control
 /// applied last. Not yet connected: see [`connect`].
 pub(super) fn bind_pair(
@@ -123,7 +88,7 @@ pub(super) fn bind_pair(
     control: Option<&Control>,
 ) -> io::Result<Socket> {
     let s = udp_socket(key.local)?;
-    prepare(&s, offload)?;
+    os::prepare(&s, offload)?;
     if let Some(c) = control {
         c(&s)?;
     }
@@ -134,9 +99,7 @@ pub(super) fn bind_pair(
 /// Connects a bound pair socket to its remote and reads back the offloads.
 pub(super) fn connect(sock: Socket, key: &Key, offload: bool) -> io::Result<Dialled> {
     sock.connect(&key.remote.into())?;
-    let fd = sock.as_fd();
-    let gso = offload && sockopt::get_int(fd, libc::SOL_UDP, UDP_SEGMENT).is_ok();
-    let gro = offload && sockopt::get_int(fd, libc::SOL_UDP, UDP_GRO).is_ok_and(|v| v == 1);
+    let (gso, gro) = os::offloads(&sock, offload);
     Ok(Dialled { sock, gso, gro })
 }
 

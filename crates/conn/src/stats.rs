@@ -1,4 +1,4 @@
-//! Counters of a [`StdNetBind`](super::StdNetBind): relaxed atomics bumped once per call (not
+//! Counters of a [`StdNetBind`](crate::StdNetBind): relaxed atomics bumped once per call (not
 //! per datagram), cheap enough to stay on.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -23,6 +23,9 @@ pub struct BindStats {
     pub gso_messages: u64,
     /// Datagrams dropped because they did not fit the receive buffer.
     pub truncated_drops: u64,
+    /// Datagrams dropped because a batched send call accepted none of them (a full queue; darwin
+    /// `sendmsg_x`). Not counted in `datagrams_sent`.
+    pub send_drops: u64,
     /// Connected sockets open now.
     pub connected_open: u64,
     /// Connected sockets dialled and handed to a reader.
@@ -34,7 +37,7 @@ pub struct BindStats {
 }
 
 #[derive(Default)]
-pub(super) struct Stats {
+pub(crate) struct Stats {
     recv_calls: AtomicU64,
     datagrams_received: AtomicU64,
     gro_super_datagrams: AtomicU64,
@@ -43,6 +46,7 @@ pub(super) struct Stats {
     datagrams_sent: AtomicU64,
     gso_messages: AtomicU64,
     truncated_drops: AtomicU64,
+    send_drops: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: usize) {
@@ -54,7 +58,7 @@ fn add(c: &AtomicU64, n: usize) {
 impl Stats {
     /// One socket read that yielded `datagrams` for the caller, `gro` coalesced datagrams and
     /// `truncated` drops.
-    pub(super) fn recv(&self, datagrams: usize, gro: usize, truncated: usize) {
+    pub(crate) fn recv(&self, datagrams: usize, gro: usize, truncated: usize) {
         add(&self.recv_calls, 1);
         add(&self.datagrams_received, datagrams);
         add(&self.gro_super_datagrams, gro);
@@ -62,23 +66,31 @@ impl Stats {
     }
 
     /// Coalesced datagrams of a read that landed one segment per buffer.
-    pub(super) fn in_place(&self, n: usize) {
+    #[cfg(target_os = "linux")]
+    pub(crate) fn in_place(&self, n: usize) {
         add(&self.gro_in_place, n);
     }
 
     /// Datagrams handed over from an earlier read (no socket call), and drops found there.
-    pub(super) fn delivered(&self, datagrams: usize, truncated: usize) {
+    #[cfg(target_os = "linux")]
+    pub(crate) fn delivered(&self, datagrams: usize, truncated: usize) {
         add(&self.datagrams_received, datagrams);
         add(&self.truncated_drops, truncated);
     }
 
-    pub(super) fn send(&self, datagrams: usize, gso_messages: usize) {
+    /// Datagrams a full send queue refused.
+    #[cfg(any(target_vendor = "apple", test))]
+    pub(crate) fn send_dropped(&self, n: usize) {
+        add(&self.send_drops, n);
+    }
+
+    pub(crate) fn send(&self, datagrams: usize, gso_messages: usize) {
         add(&self.send_calls, 1);
         add(&self.datagrams_sent, datagrams);
         add(&self.gso_messages, gso_messages);
     }
 
-    pub(super) fn snapshot(&self) -> BindStats {
+    pub(crate) fn snapshot(&self) -> BindStats {
         BindStats {
             recv_calls: self.recv_calls.load(Relaxed),
             datagrams_received: self.datagrams_received.load(Relaxed),
@@ -88,6 +100,7 @@ impl Stats {
             datagrams_sent: self.datagrams_sent.load(Relaxed),
             gso_messages: self.gso_messages.load(Relaxed),
             truncated_drops: self.truncated_drops.load(Relaxed),
+            send_drops: self.send_drops.load(Relaxed),
             ..BindStats::default()
         }
     }

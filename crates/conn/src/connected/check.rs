@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::sock::reuse_port_control;
+use super::os::reuse_port_control;
 
 /// How long each half of the check waits for its datagram.
 const CHECK_DEADLINE: Duration = Duration::from_secs(2);
@@ -20,7 +20,7 @@ static DELIVERY: OnceLock<bool> = OnceLock::new();
 /// Whether this kernel delivers a connected peer's datagrams to its connected socket and a
 /// stranger's to the shared one. Runs the check the first time, then answers from the cache.
 pub fn connected_delivery_check() -> bool {
-    *DELIVERY.get_or_init(|| match run() {
+    *DELIVERY.get_or_init(|| match run(reuse_port_control) {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!("connected sockets disabled: delivery self-check failed: {e}");
@@ -29,9 +29,12 @@ pub fn connected_delivery_check() -> bool {
     })
 }
 
-fn shareable(addr: SocketAddr) -> io::Result<UdpSocket> {
+/// How a socket is made to share the port (the platform's [`reuse_port_control`]).
+type Share = fn(&Socket) -> io::Result<()>;
+
+fn shareable(addr: SocketAddr, share: Share) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-    reuse_port_control(&s)?;
+    share(&s)?;
     s.bind(&addr.into())?;
     let s: UdpSocket = s.into();
     s.set_read_timeout(Some(CHECK_DEADLINE))?;
@@ -50,13 +53,13 @@ fn expect(sock: &UdpSocket, want: &[u8], what: &str) -> io::Result<()> {
     }
 }
 
-fn run() -> io::Result<()> {
+fn run(share: Share) -> io::Result<()> {
     let lo = Ipv4Addr::LOCALHOST;
-    let shared = shareable(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+    let shared = shareable(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), share)?;
     let port = shared.local_addr()?.port();
     let peer = UdpSocket::bind((lo, 0))?;
     let other = UdpSocket::bind((lo, 0))?;
-    let conn = shareable(SocketAddr::from((lo, port)))?;
+    let conn = shareable(SocketAddr::from((lo, port)), share)?;
     conn.connect(peer.local_addr()?)?;
     let to = SocketAddr::from((lo, port));
     peer.send_to(b"peer", to)?;
@@ -72,7 +75,18 @@ mod tests {
     #[test]
     fn loopback_delivers_to_the_connected_socket() {
         // Every kernel this project supports (≥ 5.4) passes; the check itself is what runs.
-        run().unwrap();
+        run(reuse_port_control).unwrap();
         assert!(connected_delivery_check());
+    }
+
+    #[test]
+    fn the_check_runs_with_reuseaddr_sharing_as_on_darwin() {
+        // darwin shares the port with SO_REUSEADDR alone; the check's own logic (bind beside
+        // the wildcard, connect, compare) must work with it. Linux delivers the same way.
+        use crate::darwin::io::{port_sharing, share_port};
+        fn reuse_addr(s: &Socket) -> io::Result<()> {
+            share_port(s, port_sharing(false))
+        }
+        run(reuse_addr).unwrap();
     }
 }

@@ -1,0 +1,21 @@
+//! The darwin system calls of the data plane other than the batch calls (those are in
+//! `vpn-darwinbatch`): the utun control socket ([`utun`]), the routing socket and interface
+//! ioctls ([`iface`]), descriptors and waiting ([`fd`]) and the clock that counts sleep
+//! ([`clock`]). One file per topic; each wraps the raw calls in small safe functions.
+
+pub mod clock;
+pub mod fd;
+pub mod iface;
+#[cfg(target_os = "macos")]
+pub mod utun;
+
+use std::io;
+
+/// `r` as a result: negative means the call failed with `errno`.
+pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
