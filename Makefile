@@ -2,11 +2,10 @@
 
 CARGO ?= cargo
 DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
-# Crates that build for darwin (the Linux-only shims and tests are left out).
-DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-ipc -p vpn-device -p vpn-wireguard -p vpn-ffi
 FUZZ_SECONDS ?= 10
 
-.PHONY: help build demo test netns lint fmt check-darwin bench fuzz-smoke netns-connected clean
+.PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin bench fuzz-smoke \
+	netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
@@ -14,7 +13,9 @@ help:
 	@echo "make test          the whole test suite (root runs the network-namespace tests too)"
 	@echo "make netns         (root) the network-namespace suite: vpn, wireguard-go, boringtun-cli"
 	@echo "make lint          rustfmt check and clippy with warnings denied"
-	@echo "make check-darwin  type-check the darwin build for $(DARWIN_TARGETS)"
+	@echo "make darwin-tools  install zig, cargo-zigbuild and llvm-nm (idempotent)"
+	@echo "make darwin        link vpn as Mach-O for $(DARWIN_TARGETS) and check the binaries"
+	@echo "make check-darwin  clippy every macOS crate for $(DARWIN_TARGETS), SPI on and off"
 	@echo "make ffi-darwin    the C ABI's libraries for $(DARWIN_TARGETS), exports checked"
 	@echo "make apple         (macOS) WireGuardFFI.xcframework for the network extension"
 	@echo "make bench         benchmarks (criterion)"
@@ -48,17 +49,22 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-check-darwin:
-	@for t in $(DARWIN_TARGETS); do \
-		rustup target list --installed | grep -qx $$t || rustup target add $$t || exit 1; \
-		echo "== cargo check --target $$t"; \
-		$(CARGO) check --target $$t $(DARWIN_CRATES) --all-targets || exit 1; \
-	done
+# macOS from Linux: zig (PyPI) links Mach-O and compiles ring's C for darwin, cargo-zigbuild
+# (crates.io) wires it into cargo, llvm-nm (Debian) lists what a binary references.
+darwin-tools:
+	bash scripts/darwin-tools.sh
+
+# `vpn` for both darwin targets, with and without the private batch calls (docs/macos.md).
+darwin: darwin-tools
+	bash scripts/darwin-link.sh
+
+check-darwin: darwin-tools
+	bash scripts/check-darwin.sh
 
 # The C ABI (crates/ffi) as static and dynamic libraries for both darwin targets, linked with
 # zig from Linux; llvm-nm checks that every wg* function of the header is exported.
 .PHONY: ffi-darwin apple
-ffi-darwin:
+ffi-darwin: darwin-tools
 	bash scripts/ffi-darwin.sh
 
 # On a Mac: the universal static library and header as WireGuardFFI.xcframework

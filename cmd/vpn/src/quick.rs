@@ -29,6 +29,8 @@ use vpn_uapi::client;
 
 use crate::Error;
 
+mod darwin;
+
 /// Arguments of `vpn up` and `vpn down`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -117,7 +119,7 @@ fn route_hint(output: &str) -> RouteHint {
     }
 }
 
-/// The `mtu N` of `ip link show` output.
+/// The `mtu N` of `ip link show` output (or of macOS `ifconfig <if>`).
 fn link_mtu(output: &str) -> Option<u32> {
     let words: Vec<&str> = output.split_whitespace().collect();
     words
@@ -435,8 +437,12 @@ struct Done {
     default_table: Option<u32>,
 }
 
-/// `vpn up <config|name>`.
+/// `vpn up <config|name>`: the Linux steps, or on macOS those of wg-quick's darwin script
+/// (`quick/darwin.rs`; both are compiled everywhere, so each is type-checked on both systems).
 pub fn up(args: &Args) -> Result<(), Error> {
+    if cfg!(target_os = "macos") {
+        return darwin::up(args);
+    }
     let t = load(&args.config)?;
     if link_exists(&t.ifname) {
         return Err(format!("`{}' already exists", t.ifname).into());
@@ -753,8 +759,11 @@ fn remove_default_rules(table: u32) {
 // down
 // ---------------------------------------------------------------------------------------
 
-/// `vpn down <config|name>`.
+/// `vpn down <config|name>` (on macOS: `quick/darwin.rs`).
 pub fn down(args: &Args) -> Result<(), Error> {
+    if cfg!(target_os = "macos") {
+        return darwin::down(args);
+    }
     let t = load(&args.config)?;
     let ifname = t.ifname.as_str();
     let sock = client::socket_path(&uapi_dir(), ifname);
@@ -816,8 +825,13 @@ fn save_config(t: &Tunnel, running: &Config) -> Result<(), Error> {
             c.interface.mtu = Some(m);
         }
     }
-    eprintln!("[#] (save) {}", t.path.display());
-    let mut tmp = t.path.clone().into_os_string();
+    write_config(&t.path, &c)
+}
+
+/// Writes `c` over the file at `path`: to `<file>.tmp` (mode 0600), synced, then renamed.
+fn write_config(path: &Path, c: &Config) -> Result<(), Error> {
+    eprintln!("[#] (save) {}", path.display());
+    let mut tmp = path.to_path_buf().into_os_string();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let write = || -> io::Result<()> {
@@ -829,15 +843,11 @@ fn save_config(t: &Tunnel, running: &Config) -> Result<(), Error> {
             .open(&tmp)?;
         f.write_all(c.render().as_bytes())?;
         f.sync_all()?;
-        fs::rename(&tmp, &t.path)
+        fs::rename(&tmp, path)
     };
     write().map_err(|e| -> Error {
         let _ = fs::remove_file(&tmp);
-        format!(
-            "could not write configuration file {}: {e}",
-            t.path.display()
-        )
-        .into()
+        format!("could not write configuration file {}: {e}", path.display()).into()
     })
 }
 

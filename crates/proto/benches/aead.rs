@@ -24,10 +24,8 @@ trait Backend {
     fn open(&self, counter: u64, buf: &mut [u8], tag: &[u8; 16]) -> bool;
 }
 
-#[cfg(not(target_vendor = "apple"))]
 struct Ring(ring::aead::LessSafeKey);
 
-#[cfg(not(target_vendor = "apple"))]
 impl Backend for Ring {
     const NAME: &'static str = "ring";
     fn seal(&self, counter: u64, buf: &mut [u8]) -> [u8; 16] {
@@ -137,7 +135,6 @@ fn bench_backend<B: Backend>(c: &mut Criterion, backend: &B) {
 }
 
 fn backends(c: &mut Criterion) {
-    #[cfg(not(target_vendor = "apple"))]
     {
         use ring::aead::{LessSafeKey, UnboundKey, CHACHA20_POLY1305};
         let k = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &KEY).expect("key"));

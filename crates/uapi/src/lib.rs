@@ -8,22 +8,27 @@
 //! `vpn show`: `stats=1` (followed by an empty line) dumps the batching counters
 //! ([`vpn_ipc::Statistics`]); `wg` never sends it.
 //!
-//! The server watches its socket path with inotify and reports when the file disappears: an
+//! The server watches its socket path (inotify on Linux, a kqueue watch of its directory on
+//! macOS, a once-a-second look where neither works) and reports when the file disappears: an
 //! administrator stops a userspace WireGuard daemon by deleting its socket.
+//!
+//! Everything but the client is Unix-only; Linux and macOS are built and tested.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod listener;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod server;
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, unix))]
 mod tests;
+#[cfg(unix)]
+mod watch;
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub use listener::UapiListener;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub use server::{ServeOptions, StatsFn, UapiServer};
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,8 @@
 //! Serving the UAPI socket: the accept loop, one thread per connection, the request framing
-//! and the inotify watch on the socket path.
+//! and the watch on the socket path (`watch.rs`).
 
 use crate::listener::{identity, UapiListener};
+use crate::watch::SocketWatch;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{self, BufReader};
@@ -14,7 +15,7 @@ use std::thread::JoinHandle;
 use vpn_device::Device;
 use vpn_ipc::serve::{self, Ended, Handler};
 use vpn_ipc::{IpcError, Statistics};
-use vpn_sys::daemon::{Inotify, Watch, IN_ATTRIB, IN_DELETE, IN_DELETE_SELF};
+use vpn_sys::daemon::Watch;
 
 /// Adds counters to a `stats=1` reply (the daemon's TUN and bind groups), after the device's.
 pub type StatsFn = Box<dyn Fn(&mut Statistics) + Send + Sync>;
@@ -40,7 +41,7 @@ struct Shared {
     conns: Mutex<HashMap<u64, UnixStream>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_id: AtomicU64,
-    inotify: Option<Inotify>,
+    watch: SocketWatch,
     removed: AtomicBool,
 }
 
@@ -59,16 +60,17 @@ impl UapiListener {
 
     /// [`serve`](Self::serve) with extra statistics and a removal callback.
     pub fn serve_with(self, dev: Arc<Device>, opts: ServeOptions) -> UapiServer {
-        let inotify = match Inotify::watch(&self.path, IN_ATTRIB | IN_DELETE | IN_DELETE_SELF) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot watch {}: {e}; its removal will go unnoticed",
-                    self.path.display()
-                );
-                None
-            }
-        };
+        let watch = SocketWatch::open(&self.path);
+        self.serve_watched(dev, opts, watch)
+    }
+
+    /// [`serve_with`](Self::serve_with) with the given watch on the socket path.
+    pub(crate) fn serve_watched(
+        self,
+        dev: Arc<Device>,
+        opts: ServeOptions,
+        watch: SocketWatch,
+    ) -> UapiServer {
         let shared = Arc::new(Shared {
             dev,
             listener: self.listener,
@@ -79,7 +81,7 @@ impl UapiListener {
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
-            inotify,
+            watch,
             removed: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -88,7 +90,7 @@ impl UapiListener {
             .spawn(move || accept_loop(&s))
             .map_err(|e| tracing::error!("UAPI accept thread: {e}"))
             .ok();
-        let watcher = if shared.inotify.is_some() {
+        let watcher = {
             let s = shared.clone();
             let on_removed = opts.on_removed;
             std::thread::Builder::new()
@@ -96,8 +98,6 @@ impl UapiListener {
                 .spawn(move || watch_loop(&s, on_removed))
                 .map_err(|e| tracing::error!("UAPI watcher thread: {e}"))
                 .ok()
-        } else {
-            None
         };
         UapiServer {
             shared,
@@ -127,9 +127,7 @@ impl UapiServer {
         if let Err(e) = socket2::SockRef::from(&s.listener).shutdown(Shutdown::Both) {
             tracing::debug!("UAPI listener shutdown: {e}");
         }
-        if let Some(w) = &s.inotify {
-            w.wake();
-        }
+        s.watch.wake();
         for h in [self.accept.take(), self.watcher.take()]
             .into_iter()
             .flatten()
@@ -259,10 +257,11 @@ impl Handler for Shared {
 }
 
 /// Reports the socket file's removal: checked once at start (it may already be gone), then
-/// after every inotify event (an unlink changes the link count: IN_ATTRIB; the last one
-/// deletes the inode: IN_DELETE_SELF).
+/// after every event of the watch (inotify: an unlink changes the link count, IN_ATTRIB, and
+/// the last one deletes the inode, IN_DELETE_SELF; kqueue: the directory was written; the
+/// poll: its interval passed).
 fn watch_loop(s: &Shared, on_removed: Option<Box<dyn FnOnce() + Send>>) {
-    let Some(w) = &s.inotify else { return };
+    let w = &s.watch;
     loop {
         if s.closing.load(Ordering::Acquire) {
             return;

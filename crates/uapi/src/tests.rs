@@ -211,9 +211,8 @@ fn overlong_line_closes_the_connection() {
     assert_eq!(n, 0, "got {rest:?}");
 }
 
-#[test]
-fn removal_is_reported_and_close_cleans_up() {
-    let tmp = TempDir::new();
+/// Options whose removal callback sends on the returned channel.
+fn removal_reporting() -> (ServeOptions, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
     let opts = ServeOptions {
         extra_stats: None,
@@ -221,6 +220,22 @@ fn removal_is_reported_and_close_cleans_up() {
             let _ = tx.send(());
         })),
     };
+    (opts, rx)
+}
+
+/// Deletes the server's socket file and waits for the callback and `removed()` to say so.
+fn delete_and_expect_report(srv: &UapiServer, rx: &mpsc::Receiver<()>) {
+    assert!(!srv.removed());
+    std::fs::remove_file(srv.path()).unwrap();
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("removal reported");
+    assert!(srv.removed());
+}
+
+#[test]
+fn removal_is_reported_and_close_cleans_up() {
+    let tmp = TempDir::new();
+    let (opts, rx) = removal_reporting();
     let mut srv: UapiServer = UapiListener::bind(&tmp.0, "wg5")
         .unwrap()
         .serve_with(device(), opts);
@@ -228,11 +243,7 @@ fn removal_is_reported_and_close_cleans_up() {
         rx.recv_timeout(Duration::from_millis(100)).is_err(),
         "nothing removed yet"
     );
-    assert!(!srv.removed());
-    std::fs::remove_file(srv.path()).unwrap();
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("removal reported");
-    assert!(srv.removed());
+    delete_and_expect_report(&srv, &rx);
     srv.close();
     srv.close();
 }
@@ -276,4 +287,20 @@ fn close_leaves_a_replacement_socket_alone() {
     srv.close();
     assert!(path.exists());
     drop(other);
+}
+
+/// Where no OS watch can be set up, the portable poll still notices the socket's removal.
+#[test]
+fn removal_is_reported_by_the_portable_poll() {
+    use crate::watch::{PollWatch, SocketWatch};
+    let tmp = TempDir::new();
+    let (opts, rx) = removal_reporting();
+    let watch = SocketWatch::Poll(PollWatch::new(Duration::from_millis(20)));
+    let mut srv = UapiListener::bind(&tmp.0, "wg8")
+        .unwrap()
+        .serve_watched(device(), opts, watch);
+    let mut c = UnixStream::connect(srv.path()).unwrap();
+    assert_eq!(request(&mut c, "get=1\n\n").1, 0);
+    delete_and_expect_report(&srv, &rx);
+    srv.close();
 }

@@ -1,16 +1,23 @@
 //! What the `vpn` daemon and its UAPI socket need from the OS beyond std: a suspend-aware
-//! clock, the file-creation mask, inotify, blocked signals, a new session and inherited fds.
+//! clock and inotify (Linux), and on every Unix the file-creation mask, blocked signals, a new
+//! session and inherited fds. (The macOS counterpart of the inotify watch is
+//! `darwin::dirwatch`.)
 //!
 //! Each function is a thin, safe wrapper around one or two system calls; the `unsafe` blocks
 //! only pass pointers to locals or to NUL-terminated strings that outlive the call.
 
+#[cfg(target_os = "linux")]
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+#[cfg(target_os = "linux")]
 use std::os::unix::ffi::OsStrExt;
+#[cfg(target_os = "linux")]
 use std::path::Path;
+#[cfg(target_os = "linux")]
 use std::time::Duration;
 
+#[cfg(target_os = "linux")]
 /// Time since boot including time spent suspended (`CLOCK_BOOTTIME`): the protocol's key
 /// lifetimes must keep running while the machine sleeps.
 pub fn boottime() -> Duration {
@@ -46,16 +53,20 @@ pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     out
 }
 
+#[cfg(target_os = "linux")]
 /// inotify: the inode was modified in its metadata (link count drops on unlink).
 pub const IN_ATTRIB: u32 = libc::IN_ATTRIB;
+#[cfg(target_os = "linux")]
 /// inotify: a file in a watched directory was deleted.
 pub const IN_DELETE: u32 = libc::IN_DELETE;
+#[cfg(target_os = "linux")]
 /// inotify: the watched file itself was deleted.
 pub const IN_DELETE_SELF: u32 = libc::IN_DELETE_SELF;
+#[cfg(target_os = "linux")]
 /// inotify: the watch was removed (the file is gone or the watch was dropped).
 pub const IN_IGNORED: u32 = libc::IN_IGNORED;
 
-/// What [`Inotify::wait`] saw.
+/// What a file watch's `wait` saw ([`Inotify::wait`] on Linux, `DirWatch::wait` on macOS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Watch {
     /// One or more events; the union of their masks.
@@ -64,6 +75,7 @@ pub enum Watch {
     Woken,
 }
 
+#[cfg(target_os = "linux")]
 /// An inotify instance watching one path, with an eventfd so another thread can wake a
 /// waiter promptly (closing an fd does not wake a thread blocked on it).
 pub struct Inotify {
@@ -71,6 +83,7 @@ pub struct Inotify {
     wake: OwnedFd,
 }
 
+#[cfg(target_os = "linux")]
 impl Inotify {
     /// Watches `path` for the events in `mask` (e.g. `IN_ATTRIB | IN_DELETE_SELF`).
     pub fn watch(path: &Path, mask: u32) -> io::Result<Inotify> {
@@ -177,6 +190,7 @@ impl Inotify {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The union of the masks of the `struct inotify_event` records in `buf` (wd i32, mask u32,
 /// cookie u32, len u32, then `len` bytes of name).
 fn parse_event_masks(buf: &[u8]) -> u32 {
@@ -196,6 +210,7 @@ fn parse_event_masks(buf: &[u8]) -> u32 {
     mask
 }
 
+#[cfg(target_os = "linux")]
 fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: no pointers; returns a new fd or -1.
     let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -299,7 +314,10 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::net::UnixStream;
+    #[cfg(target_os = "linux")]
+    use std::time::Duration;
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn boottime_moves_forward_and_is_at_least_monotonic() {
         let a = boottime();
@@ -341,6 +359,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn inotify_reports_delete_and_wakes() {
         let dir = std::env::temp_dir().join(format!("vpn-sys-inotify-{}", std::process::id()));
@@ -363,6 +382,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn event_parsing_is_bounded() {
         let mut buf = Vec::new();

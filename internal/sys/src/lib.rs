@@ -10,8 +10,9 @@
 //! kernel interface it wraps.
 //!
 //! On Apple targets, [`darwin`] holds the macOS data plane's calls (utun, routing socket,
-//! interface ioctls, the clock that counts sleep). Apart from [`poll`], the crate is empty on
-//! other targets.
+//! interface ioctls, the clock that counts sleep, the UAPI socket's directory watch), and
+//! [`daemon`] the process plumbing the daemon shares with Linux. Apart from [`poll`], the crate
+//! is empty on other targets.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -20,7 +21,7 @@
 pub mod cmsg;
 #[cfg(target_os = "linux")]
 pub mod cycles;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod daemon;
 #[cfg(target_vendor = "apple")]
 pub mod darwin;

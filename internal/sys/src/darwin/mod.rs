@@ -1,9 +1,11 @@
 //! The darwin system calls of the data plane other than the batch calls (those are in
 //! `vpn-darwinbatch`): the utun control socket ([`utun`]), the routing socket and interface
-//! ioctls ([`iface`]), descriptors and waiting ([`fd`]) and the clock that counts sleep
-//! ([`clock`]). One file per topic; each wraps the raw calls in small safe functions.
+//! ioctls ([`iface`]), descriptors and waiting ([`fd`]), the clock that counts sleep
+//! ([`clock`]) and the kqueue watch the UAPI server puts on its socket's directory
+//! ([`dirwatch`]). One file per topic; each wraps the raw calls in small safe functions.
 
 pub mod clock;
+pub mod dirwatch;
 pub mod fd;
 pub mod iface;
 #[cfg(target_os = "macos")]

@@ -1,0 +1,65 @@
+//! The daemon's macOS parts: `vpn utun` (the kernel picks the unit) or `vpn utunN` on a
+//! [`DarwinTun`], or the utun fd a parent passes in `WG_TUN_FD`; the unit's name written to
+//! `WG_TUN_NAME_FILE` (wg-quick's darwin script reads it to learn which utun it got); the
+//! darwin [`StdNetBind`]; the device's default options (the default clock on Apple targets is
+//! `mach_continuous_time`, which counts sleep).
+//!
+//! Environment, besides wireguard-go's: `VPN_CONNECTED_SOCKETS=1` (per-peer connected
+//! sockets, as on Linux), `VPN_BATCHED_IO=1` (batch the shared sockets' I/O with
+//! `recvmsg_x`/`sendmsg_x`; off by default, and a no-op without the `darwin-spi` feature),
+//! `VPN_DONT_FRAGMENT=1` (`IP_DONTFRAG` on the bind's sockets).
+
+use super::{receive_pool_bytes, write_name_file, Parts, DEFAULT_MTU};
+use std::path::Path;
+use std::sync::Arc;
+use vpn_conn::{ConnectedOptions, StdNetBind};
+use vpn_device::Options;
+use vpn_tun::{DarwinTun, Device as _};
+
+/// The environment variable naming the file that receives the chosen utun's name.
+const NAME_FILE_ENV: &str = "WG_TUN_NAME_FILE";
+
+fn env_flag(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+fn open_tun(ifname: &str) -> Result<DarwinTun, crate::Error> {
+    match super::inherited_fd("WG_TUN_FD")? {
+        Some(fd) => Ok(DarwinTun::from_fd(fd, DEFAULT_MTU).map_err(|e| format!("WG_TUN_FD: {e}"))?),
+        None => Ok(DarwinTun::create(ifname, DEFAULT_MTU).map_err(|e| {
+            format!("failed to create TUN device {ifname} (the name must be utun or utunN): {e}")
+        })?),
+    }
+}
+
+/// The utun, the bind and the device options on macOS.
+pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
+    let tun = Arc::new(open_tun(ifname)?);
+    let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
+    // As wireguard-go: only when the kernel chose the unit is there a name to report.
+    if ifname == "utun" {
+        if let Some(file) = std::env::var_os(NAME_FILE_ENV) {
+            let file = Path::new(&file);
+            write_name_file(file, &name)
+                .map_err(|e| format!("{NAME_FILE_ENV}={}: {e}", file.display()))?;
+        }
+    }
+    let connected = ConnectedOptions::from_env();
+    let bind = Arc::new(
+        StdNetBind::new()
+            .with_batched_io(env_flag("VPN_BATCHED_IO"))
+            .with_dont_fragment(env_flag("VPN_DONT_FRAGMENT"))
+            .with_connected_options(connected),
+    );
+    let opts = Options {
+        receive_pool_bytes: receive_pool_bytes(connected),
+        ..Options::default()
+    };
+    Ok(Parts {
+        tun,
+        name,
+        bind,
+        opts,
+        tun_stats: None,
+    })
+}
