@@ -16,6 +16,8 @@ help:
 	@echo "make darwin-tools  install zig, cargo-zigbuild and llvm-nm (idempotent)"
 	@echo "make darwin        link vpn as Mach-O for $(DARWIN_TARGETS) and check the binaries"
 	@echo "make check-darwin  clippy every macOS crate for $(DARWIN_TARGETS), SPI on and off"
+	@echo "make ffi-darwin    the C ABI's libraries for $(DARWIN_TARGETS), exports checked"
+	@echo "make apple         (macOS) WireGuardFFI.xcframework for the network extension"
 	@echo "make bench         benchmarks (criterion)"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
 
@@ -58,6 +60,17 @@ darwin: darwin-tools
 
 check-darwin: darwin-tools
 	bash scripts/check-darwin.sh
+
+# The C ABI (crates/ffi) as static and dynamic libraries for both darwin targets, linked with
+# zig from Linux; llvm-nm checks that every wg* function of the header is exported.
+.PHONY: ffi-darwin apple
+ffi-darwin: darwin-tools
+	bash scripts/ffi-darwin.sh
+
+# On a Mac: the universal static library and header as WireGuardFFI.xcframework
+# (docs/embedding.md). APPSTORE=1 leaves out the private batch calls.
+apple:
+	bash scripts/apple-xcframework.sh
 
 bench:
 	$(CARGO) bench -p vpn-proto --bench aead

@@ -13,29 +13,17 @@
 //! `VPN_TEST_HELPER` set (see [`helper`]), so the test needs no netcat or python.
 
 mod common;
-use common::{run, sh, skip_reason};
+use common::{ping, run, sh, skip_reason, wait_for, Lab, SOCK_DIR};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const VPN: &str = env!("CARGO_BIN_EXE_vpn");
-const SOCK_DIR: &str = "/var/run/wireguard";
 const HELPER_ENV: &str = "VPN_TEST_HELPER";
 /// Bytes per TCP transfer: enough for many full-size segments and several batches.
 const TRANSFER: usize = 4 << 20;
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Whether `pid` has exited (gone, or a zombie nobody reaped yet).
 fn exited(pid: u32) -> bool {
@@ -44,100 +32,6 @@ fn exited(pid: u32) -> bool {
         Ok(stat) => stat
             .rsplit_once(')')
             .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-    }
-}
-
-/// Network namespaces, a temp dir and child processes, all removed on drop (every process
-/// left in a namespace is killed first, so detached daemons die too).
-struct Lab {
-    tag: String,
-    ns: Vec<String>,
-    dir: PathBuf,
-    children: Vec<Child>,
-}
-
-impl Lab {
-    fn new(tag: &str) -> Lab {
-        let tag = format!("{tag}{}", std::process::id());
-        let dir = std::env::temp_dir().join(format!("vpn-daemon-wg-{tag}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Lab {
-            tag,
-            ns: Vec::new(),
-            dir,
-            children: Vec::new(),
-        }
-    }
-
-    /// Adds a namespace with loopback up; returns its name.
-    fn netns(&mut self, suffix: &str) -> String {
-        let name = format!("vpnd{}{suffix}", self.tag);
-        let _ = run(&["ip", "netns", "del", &name]);
-        sh(&["ip", "netns", "add", &name]);
-        self.ns.push(name.clone());
-        sh(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        name
-    }
-
-    /// A unique interface name (≤ 15 bytes) for this lab.
-    fn ifname(&self, suffix: &str) -> String {
-        let n = format!("wt{}{suffix}", self.tag);
-        assert!(n.len() <= 15, "{n}");
-        n
-    }
-
-    fn file(&self, name: &str, content: &str) -> String {
-        let p = self.dir.join(name);
-        std::fs::write(&p, content).unwrap();
-        p.to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // SIGTERM first so daemons clean up after themselves, SIGKILL for whatever is left.
-        let pids = |ns: &str| -> Vec<String> {
-            Command::new("ip")
-                .args(["netns", "pids", ns])
-                .output()
-                .map(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .split_whitespace()
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        for signal in ["-TERM", "-KILL"] {
-            for ns in &self.ns {
-                for pid in pids(ns) {
-                    let _ = Command::new("kill").args([signal, &pid]).status();
-                }
-            }
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < deadline && self.ns.iter().any(|ns| !pids(ns).is_empty()) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        for ns in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-        // Sockets of daemons that had to be killed.
-        let prefix = format!("wt{}", self.tag);
-        if let Ok(entries) = std::fs::read_dir(SOCK_DIR) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with(&prefix) && name.ends_with(".sock") {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -259,23 +153,6 @@ fn tcp_transfer(from: &str, to: &str, to_addr: SocketAddr) {
     assert!(status.success(), "server {to_addr}: {rest}{err}");
 }
 
-/// Pings until a reply comes (the first packet waits for a handshake, which is retried only
-/// every 5 s if its first initiation was lost), then requires three replies in a row.
-fn ping(ns: &str, addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !run(&[
-        "ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "1", addr,
-    ])
-    .status
-    .success()
-    {
-        assert!(Instant::now() < deadline, "no reply from {addr} in {ns}");
-    }
-    sh(&[
-        "ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.2", "-W", "3", addr,
-    ]);
-}
-
 /// Whether a UDP socket in `ns` is bound to `port` (the device is up and its bind open).
 fn udp_bound(ns: &str, port: u16) -> bool {
     let needle = format!(":{port:04X}");
@@ -329,7 +206,7 @@ fn daemons_configured_by_wg_carry_traffic_and_stop_cleanly() {
         println!("skipping: {why}");
         return;
     }
-    let mut lab = Lab::new("p");
+    let mut lab = Lab::new("p", "vpnd", "wt");
     let (na, nb) = (lab.netns("a"), lab.netns("b"));
     let (ia, ib) = (lab.ifname("a"), lab.ifname("b"));
     let (va, vb) = (format!("v{}a", lab.tag), format!("v{}b", lab.tag));
@@ -542,7 +419,7 @@ fn foreground_daemon_stops_on_sigterm() {
         println!("skipping: {why}");
         return;
     }
-    let mut lab = Lab::new("f");
+    let mut lab = Lab::new("f", "vpnd", "wt");
     let ns = lab.netns("c");
     let ifname = lab.ifname("c");
     let child = Command::new("ip")

@@ -223,6 +223,20 @@ impl StdNetBind {
             .per_family(|f| (f.gso.load(Ordering::Relaxed), f.gro))
     }
 
+    /// The raw fds of the IPv4 and IPv6 listening sockets while open (`None` for a family that
+    /// is not), as libwg-go's `PeekLookAtSocketFd`: an Android host passes them to
+    /// `VpnService.protect` so the tunnel's own datagrams bypass the tunnel. The bind keeps
+    /// ownership; an fd is valid until the next close or rebind.
+    pub fn socket_fds(&self) -> [Option<std::os::fd::RawFd>; 2] {
+        use std::os::fd::AsRawFd;
+        let [v4, v6] = self
+            .core
+            .state
+            .read()
+            .per_family(|f| f.sock.read().as_ref().map(AsRawFd::as_raw_fd));
+        [v4.flatten(), v6.flatten()]
+    }
+
     #[cfg(test)]
     fn with_socket<R>(&self, v6: bool, f: impl FnOnce(&Socket) -> R) -> Option<R> {
         let st = self.core.state.read();

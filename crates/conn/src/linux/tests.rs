@@ -83,6 +83,23 @@ fn gro_expected() -> bool {
 }
 
 #[test]
+fn socket_fds_name_the_open_sockets_and_nothing_when_closed() {
+    use std::os::fd::AsRawFd;
+    let bind = StdNetBind::new();
+    assert_eq!(bind.socket_fds(), [None, None]);
+    let (_v4, _v6, _port) = open(&bind);
+    let fds = bind.socket_fds();
+    for v6 in [false, true] {
+        let fd = bind.with_socket(v6, |s| s.as_raw_fd());
+        assert!(fd.is_some());
+        assert_eq!(fds[usize::from(v6)], fd);
+    }
+    assert_ne!(fds[0], fds[1]);
+    bind.close().unwrap();
+    assert_eq!(bind.socket_fds(), [None, None]);
+}
+
+#[test]
 fn open_close_reopen_on_port_zero_and_fixed_port() {
     let bind = StdNetBind::new();
     let (fns, port) = bind.open(0).unwrap();
