@@ -480,6 +480,9 @@ scenario_hostile() {
     cat "$STATE/relay.out" 2>/dev/null || true
 }
 
+# shellcheck source=hardening.sh
+source "$HERE/hardening.sh"
+
 # --- runner --------------------------------------------------------------------------------
 
 # Removes every namespace created so far (with whatever runs in it) and forgets it.
@@ -493,7 +496,7 @@ scenario_cleanup() {
 
 ALL=(basic_v4_underlay basic_v6_underlay big_mtu_offload bulk_scheduling counters roaming_v4 roaming_v6
     cryptokey_routing nat sticky_source_v4 sticky_source_v6 keys interop_wireguard_go
-    interop_boringtun wg_fidelity hostile)
+    interop_boringtun wg_fidelity hostile "${HARDENING[@]}")
 if [ "$#" -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
 
 passed=0; failed=0; failed_names=()
