@@ -6,7 +6,7 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 DARWIN_CRATES := -p vpn-proto -p vpn-tun -p vpn-conn -p vpn-device
 FUZZ_SECONDS ?= 10
 
-.PHONY: help build demo test netns lint fmt check-darwin bench fuzz-smoke netns-connected clean
+.PHONY: help build demo test netns lint fmt check-darwin bench bench-hub fuzz-smoke netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
@@ -16,6 +16,7 @@ help:
 	@echo "make lint          rustfmt check and clippy with warnings denied"
 	@echo "make check-darwin  type-check the darwin build for $(DARWIN_TARGETS)"
 	@echo "make bench         benchmarks (criterion)"
+	@echo "make bench-hub     one device with 100 000 peers: configure, memory, wg show, handshakes/s"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
 
 build:
@@ -58,6 +59,11 @@ bench:
 	$(CARGO) bench -p vpn-device --bench allowedips
 	$(CARGO) build --release -p vpn-cli
 	bash netns-tests/bench.sh $${CARGO_TARGET_DIR:-target}/release/vpn
+
+# A hub of HUB_PEERS (100 000) peers with 10 allowed IPs each, HUB_CLIENTS (10 000) of them
+# handshaking (tests/benches/hub.rs; figures in docs/performance.md).
+bench-hub:
+	$(CARGO) bench -p vpn-tests --bench hub
 
 fuzz-smoke:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/smoke.sh
