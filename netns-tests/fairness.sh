@@ -9,6 +9,7 @@
 # Usage (root): netns-tests/fairness.sh [path/to/release/vpn]
 #   RUNS=5 SECS=4 (TCP seconds) LEN=1200 (UDP payload) IMPLS="veth vpn wggo boringtun"
 #   VPN_ENV="VPN_SCHED_BATCH=0 ..." (environment for the vpn daemons, for experiments)
+#   QDISC="fq_codel" (a root qdisc for A's tunnel interface: `tc qdisc replace ... root $QDISC`)
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -28,7 +29,15 @@ echo "== load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== wireguard-go: $(wireguard-go --version 2>&1 | head -1) (Debian $(dpkg-query -W -f '${Version}' wireguard-go 2>/dev/null))"
 echo "== boringtun-cli: $("$BORINGTUN" --version 2>&1 | head -1)"
 
-# One run for one implementation on a pair of its own: "tcp_alone tcp_flood udp_flood" in Mbit/s.
+# Where packets were lost during the flood: A's tunnel interface (the TUN's queue, or the veth),
+# the outer UDP socket of B's daemon (its receive buffer), TCP retransmissions.
+tx_dropped() { n "$1" cat "/sys/class/net/$2/statistics/tx_dropped"; }
+socket_drops() {
+    n "$1" ss -uamnH "sport = :51820" | grep -o 'd[0-9]*)' | tr -dc '0-9\n' | awk '{ s += $1 } END { print s + 0 }'
+}
+
+# One run for one implementation on a pair of its own: "tcp_alone tcp_flood udp_flood
+# tun_drops socket_drops retransmits" (rates in Mbit/s).
 fair_run() {
     local impl="$1" name="$2" dst src deva devb
     make_pair "$name"
@@ -39,6 +48,7 @@ fair_run() {
         dst=100.64.0.2; src=100.64.0.1; deva="$WA"; devb="$WB"
         n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 "$dst" >/dev/null || { echo "$impl: no tunnel" >&2; return 1; }
     fi
+    [ -n "${QDISC:-}" ] && n "$A" tc qdisc replace dev "$deva" root $QDISC
     n "$A" ip route add "$dst/32" dev "$deva" congctl cubic
     n "$B" ip route add "$src/32" dev "$devb" congctl cubic
     local p
@@ -48,16 +58,20 @@ fair_run() {
     done
     wait_for "n $B ss -ltn | grep -q ':5202 '" 5
     cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$dst" "$@"; }
-    local alone flood udp
+    local alone flood udp j d0 d1 s0 s1
     alone="$(cli -t "$SECS" | iperf_field tcp_bps)"
+    d0="$(tx_dropped "$A" "$deva")"; s0="$(socket_drops "$B")"
     cli -p 5202 -u -b 0 -l "$LEN" -w 4M -t $((SECS + 2)) >"$STATE/udp.json" &
     local upid=$!
     sleep 1
-    flood="$(cli -t "$SECS" | iperf_field tcp_bps)"
+    j="$(cli -t "$SECS")"
+    flood="$(echo "$j" | iperf_field tcp_bps)"
     wait "$upid"
+    d1="$(tx_dropped "$A" "$deva")"; s1="$(socket_drops "$B")"
+    local retr; retr="$(echo "$j" | tr -d ' \t\n' | grep -o '"sum_sent":{[^}]*' | grep -o '"retransmits":[0-9]*' | head -1 | cut -d: -f2)"
     udp="$(iperf_field udp_bps <"$STATE/udp.json")"
     ns_del "$A" "$B"
-    echo "$(mbps "$alone") $(mbps "$flood") $(mbps "$udp")"
+    echo "$(mbps "$alone") $(mbps "$flood") $(mbps "$udp") $((d1 - d0)) $(( ${s1:-0} - ${s0:-0} )) ${retr:-0}"
 }
 
 for run in $(seq 1 "$RUNS"); do
@@ -69,9 +83,9 @@ for run in $(seq 1 "$RUNS"); do
             r="$(fair_run "$impl" "f$run${impl:0:2}")"
         fi
         [ -n "$r" ] || { echo "run $run $impl: failed"; continue; }
-        read -r alone flood udp <<<"$r"
+        read -r alone flood udp tund sockd retr <<<"$r"
         share="$(awk -v a="$alone" -v f="$flood" 'BEGIN { printf "%.0f", (a > 0 ? 100 * f / a : 0) }')"
-        echo "run $run $impl: TCP alone $alone Mbit/s, TCP under the flood $flood ($share %), UDP delivered $udp"
+        echo "run $run $impl: TCP alone $alone Mbit/s, TCP under the flood $flood ($share %), UDP delivered $udp; during the flood: $tund dropped at A's tunnel interface, $sockd at B's daemon socket, $retr TCP retransmissions"
         echo "$impl alone $alone" >>"$RES"; echo "$impl flood $flood" >>"$RES"
         echo "$impl share $share" >>"$RES"; echo "$impl udp $udp" >>"$RES"
     done
