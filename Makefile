@@ -4,8 +4,8 @@ CARGO ?= cargo
 DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 FUZZ_SECONDS ?= 10
 
-.PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin bench fuzz-smoke \
-	netns-connected clean
+.PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin ffi-darwin apple \
+	bench bench-hub fuzz-smoke netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
@@ -19,6 +19,7 @@ help:
 	@echo "make ffi-darwin    the C ABI's libraries for $(DARWIN_TARGETS), exports checked"
 	@echo "make apple         (macOS) WireGuardFFI.xcframework for the network extension"
 	@echo "make bench         benchmarks (criterion)"
+	@echo "make bench-hub     one device with 100 000 peers: configure, memory, wg show, handshakes/s"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
 
 build:
@@ -63,7 +64,6 @@ check-darwin: darwin-tools
 
 # The C ABI (crates/ffi) as static and dynamic libraries for both darwin targets, linked with
 # zig from Linux; llvm-nm checks that every wg* function of the header is exported.
-.PHONY: ffi-darwin apple
 ffi-darwin: darwin-tools
 	bash scripts/ffi-darwin.sh
 
@@ -77,6 +77,11 @@ bench:
 	$(CARGO) bench -p vpn-device --bench allowedips
 	$(CARGO) build --release -p vpn-cli
 	bash netns-tests/bench.sh $${CARGO_TARGET_DIR:-target}/release/vpn
+
+# A hub of HUB_PEERS (100 000) peers with 10 allowed IPs each, HUB_CLIENTS (10 000) of them
+# handshaking (tests/benches/hub.rs; figures in docs/performance.md).
+bench-hub:
+	$(CARGO) bench -p vpn-tests --bench hub
 
 fuzz-smoke:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/smoke.sh

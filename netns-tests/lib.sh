@@ -13,8 +13,10 @@ STATE="$(mktemp -d /tmp/vpn-netns.XXXXXX)"
 SOCK_DIR=/var/run/wireguard
 TOOLS_ROOT="${TOOLS_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/tools}"
 
-# A short interface name unique to this run (IFNAMSIZ 16 incl. NUL).
-ifname() { echo "v$$$1" | cut -c1-15; }
+# A short interface name unique to this run (IFNAMSIZ 16 incl. NUL); IF_PREFIX (default
+# "v<pid>") lets parallel users of one machine keep their interface names apart.
+IF_PREFIX="${IF_PREFIX:-v$$}"
+ifname() { echo "$IF_PREFIX$1" | cut -c1-15; }
 
 ns() { echo "$NS_PREFIX$1"; }
 n() { local s="$1"; shift; ip netns exec "$(ns "$s")" "$@"; }

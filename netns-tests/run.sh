@@ -229,11 +229,15 @@ scenario_cryptokey_routing() {
 # NAT: client C behind router R (nftables masquerade, conntrack UDP timeouts 2 s); the server S
 # learns the translated endpoint; a 1 s persistent keepalive keeps the mapping, so S can still
 # reach C after 3 s of silence.
-scenario_nat() {
-    local C=natc R=natr S=nats
+# nat_lab <client> <router> <server>: three namespaces, the client 198.18.1.2/24 behind the
+# router (198.18.1.1 and 198.19.0.1), which masquerades what it forwards to the server
+# 198.19.0.2/24 (nftables). Sets R2 (the router's server-side veth).
+nat_lab() {
+    local C="$1" R="$2" S="$3"
     ns_add "$C"; ns_add "$R"; ns_add "$S"
     local c1 r1 r2 s1
-    c1="$(ifname nc)"; r1="$(ifname nr1)"; r2="$(ifname nr2)"; s1="$(ifname ns)"
+    c1="$(ifname ${C}c)"; r1="$(ifname ${C}r1)"; r2="$(ifname ${C}r2)"; s1="$(ifname ${C}s)"
+    R2="$r2"
     ip link add "$c1" netns "$(ns "$C")" type veth peer name "$r1" netns "$(ns "$R")"
     ip link add "$r2" netns "$(ns "$R")" type veth peer name "$s1" netns "$(ns "$S")"
     n "$C" ip addr add 198.18.1.2/24 dev "$c1"; n "$C" ip link set "$c1" up
@@ -250,6 +254,11 @@ table ip nat {
     }
 }
 NFT
+}
+
+scenario_nat() {
+    local C=natc R=natr S=nats
+    nat_lab "$C" "$R" "$S"
     n "$R" sysctl -qw net.netfilter.nf_conntrack_udp_timeout=2 net.netfilter.nf_conntrack_udp_timeout_stream=2
     # Neighbours resolved first: the client's keepalive sends the initiation at once.
     must "underlay C->S through the router" n "$C" timeout 5 ping -c 1 -W 2 198.19.0.2 >/dev/null
@@ -480,6 +489,9 @@ scenario_hostile() {
     cat "$STATE/relay.out" 2>/dev/null || true
 }
 
+# shellcheck source=hardening.sh
+source "$HERE/hardening.sh"
+
 # --- runner --------------------------------------------------------------------------------
 
 # Removes every namespace created so far (with whatever runs in it) and forgets it.
@@ -493,7 +505,7 @@ scenario_cleanup() {
 
 ALL=(basic_v4_underlay basic_v6_underlay big_mtu_offload bulk_scheduling counters roaming_v4 roaming_v6
     cryptokey_routing nat sticky_source_v4 sticky_source_v6 keys interop_wireguard_go
-    interop_boringtun wg_fidelity hostile)
+    interop_boringtun wg_fidelity hostile "${HARDENING[@]}")
 if [ "$#" -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
 
 passed=0; failed=0; failed_names=()

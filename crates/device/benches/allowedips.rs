@@ -37,6 +37,14 @@ impl PartialEq for PeerRef {
     }
 }
 
+impl Eq for PeerRef {}
+
+impl std::hash::Hash for PeerRef {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        Arc::as_ptr(&self.0).hash(h);
+    }
+}
+
 fn mask4(a: u32, cidr: u8) -> u32 {
     a & u32::MAX.checked_shl(32 - u32::from(cidr)).unwrap_or(0)
 }

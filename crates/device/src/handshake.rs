@@ -220,7 +220,7 @@ impl DeviceInner {
                 return;
             }
             hs.last_sent = Some(now);
-            if !hs.hs.can_handshake() {
+            if !hs.hs.can_handshake(identity) {
                 return;
             }
             if let Some(old) = hs.hs.local_index() {

@@ -527,3 +527,12 @@ impl PartialEq for PeerRef {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
+
+impl Eq for PeerRef {}
+
+/// By identity, as `eq`: the allowed-IPs table finds a peer's prefixes by it.
+impl std::hash::Hash for PeerRef {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        Arc::as_ptr(&self.0).hash(h);
+    }
+}

@@ -2,7 +2,7 @@
 
 use crate::allowedips::AllowedIps;
 use crate::peer::PeerRef;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
 
 /// The destination address of an IP packet.
@@ -18,6 +18,34 @@ pub(crate) fn destination(pkt: &[u8]) -> Option<IpAddr> {
         }
         _ => None,
     }
+}
+
+/// The UDP source port and the destination of an IP packet that is a whole (unfragmented) UDP
+/// datagram, with no IPv6 extension headers. The TUN reader uses it to recognise the device's own
+/// datagrams coming back through the TUN (a routing loop).
+pub(crate) fn udp_source_port_and_destination(pkt: &[u8]) -> Option<(u16, SocketAddr)> {
+    let (l4, dst) = match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 20 => {
+            let fragment = u16::from_be_bytes([pkt[6], pkt[7]]) & 0x3fff;
+            if pkt[9] != 17 || fragment != 0 {
+                return None;
+            }
+            let dst: [u8; 4] = pkt[16..20].try_into().ok()?;
+            (usize::from(pkt[0] & 0x0f) * 4, IpAddr::from(dst))
+        }
+        Some(6) if pkt.len() >= 40 => {
+            if pkt[6] != 17 {
+                return None;
+            }
+            let dst: [u8; 16] = pkt[24..40].try_into().ok()?;
+            (40, IpAddr::from(dst))
+        }
+        _ => return None,
+    };
+    let udp = pkt.get(l4..l4 + 4)?;
+    let sport = u16::from_be_bytes([udp[0], udp[1]]);
+    let dport = u16::from_be_bytes([udp[2], udp[3]]);
+    Some((sport, SocketAddr::new(dst, dport)))
 }
 
 /// The previous packet's answer within one batch, under one read lock of the table: a batch is
@@ -73,5 +101,54 @@ impl LastRoute {
         let peer = table.lookup(dst)?.clone();
         self.0 = Some((generation, dst, Arc::downgrade(&peer.0)));
         Some(peer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4_udp(sport: u16, dport: u16, frag: u16) -> Vec<u8> {
+        let mut p = vec![
+            0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2,
+        ];
+        p[6..8].copy_from_slice(&frag.to_be_bytes());
+        p.extend_from_slice(&sport.to_be_bytes());
+        p.extend_from_slice(&dport.to_be_bytes());
+        p.extend_from_slice(&[0, 8, 0, 0]);
+        p
+    }
+
+    #[test]
+    fn udp_ports_and_destination_of_an_ipv4_datagram() {
+        let got = udp_source_port_and_destination(&v4_udp(51820, 7, 0x4000));
+        assert_eq!(got, Some((51820, "198.18.0.2:7".parse().unwrap())));
+    }
+
+    #[test]
+    fn fragments_other_protocols_and_short_packets_are_not_datagrams() {
+        // A later fragment (offset 1) and a first fragment (MF set).
+        assert_eq!(udp_source_port_and_destination(&v4_udp(1, 2, 1)), None);
+        assert_eq!(udp_source_port_and_destination(&v4_udp(1, 2, 0x2000)), None);
+        let mut tcp = v4_udp(1, 2, 0);
+        tcp[9] = 6;
+        assert_eq!(udp_source_port_and_destination(&tcp), None);
+        assert_eq!(
+            udp_source_port_and_destination(&v4_udp(1, 2, 0)[..22]),
+            None
+        );
+        assert_eq!(udp_source_port_and_destination(&[]), None);
+    }
+
+    #[test]
+    fn udp_ports_and_destination_of_an_ipv6_datagram() {
+        let mut p = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+        p.extend_from_slice(&[0xfd, 0, 0, 0x18, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        p.extend_from_slice(&[0xfd, 0, 0, 0x18, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        p.extend_from_slice(&[0xca, 0x6c, 0, 7, 0, 8, 0, 0]);
+        let got = udp_source_port_and_destination(&p);
+        assert_eq!(got, Some((51820, "[fd00:18::2]:7".parse().unwrap())));
+        p[6] = 0; // a hop-by-hop header first: not looked into
+        assert_eq!(udp_source_port_and_destination(&p), None);
     }
 }

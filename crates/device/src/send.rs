@@ -4,7 +4,7 @@ use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
 use crate::pool::HEADROOM;
-use crate::route::{destination, BatchMemo, LastRoute};
+use crate::route::{destination, udp_source_port_and_destination, BatchMemo, LastRoute};
 use crate::DeviceInner;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -62,6 +62,11 @@ impl DeviceInner {
                     .get(HEADROOM..HEADROOM + sizes[0])
                     .and_then(|pkt| last_route.lookup_dst(&self.allowed_ips.read(), pkt));
                 if let Some(peer) = peer {
+                    let pkt = &bufs[0][HEADROOM..HEADROOM + sizes[0]];
+                    if self.is_own_datagram(pkt, &peer.0, &mut None) {
+                        self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     if self.send_lone(&peer.0, &mut bufs[0], sizes[0]) {
                         continue;
                     }
@@ -92,6 +97,16 @@ impl DeviceInner {
                     route.push(g);
                 }
             }
+            // Outside the table's lock: the check may take the bind's and a peer's.
+            let mut port = None;
+            for (i, r) in route.iter_mut().enumerate() {
+                let Some(g) = *r else { continue };
+                let pkt = &bufs[i][HEADROOM..HEADROOM + sizes[i]];
+                if self.is_own_datagram(pkt, &groups[g].0 .0, &mut port) {
+                    self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
+                    *r = None;
+                }
+            }
             // Replacement buffers for the routed packets, taken from the pool at once.
             self.out_pool
                 .get_into(route.iter().flatten().count(), &mut fresh);
@@ -118,6 +133,24 @@ impl DeviceInner {
                 peer.send_staged();
             }
         }
+    }
+
+    /// Whether `pkt`, routed to `peer`, is one of our own datagrams to that peer that came back
+    /// through the TUN: a UDP datagram from our listen port to the peer's endpoint. That happens
+    /// when the endpoint is routed through the tunnel itself (an endpoint inside the peer's
+    /// allowed IPs without policy routing, a tunnel nested in itself); sealing it again would
+    /// send it round the loop, a little larger each time, until it no longer fits the MTU. The
+    /// kernel's WireGuard refuses such a route when it sends; a TUN reader sees the datagram one
+    /// turn later and drops it here. `port` caches the listen port for the batch; the bind's
+    /// lock is taken only for a UDP packet.
+    fn is_own_datagram(&self, pkt: &[u8], peer: &crate::Peer, port: &mut Option<u16>) -> bool {
+        let Some((sport, dst)) = udp_source_port_and_destination(pkt) else {
+            return false;
+        };
+        let listen_port = *port.get_or_insert_with(|| self.net.lock().port);
+        sport == listen_port
+            && listen_port != 0
+            && peer.endpoint.lock().ep.is_some_and(|ep| ep.dst == dst)
     }
 
     /// A packet read alone (a quiet tunnel: a ping, a keystroke) is sealed and sent on this

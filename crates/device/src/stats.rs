@@ -74,6 +74,9 @@ stats! {
     drop_rate_limited,
     /// Handshake messages dropped because the handshake queue was full.
     drop_handshake_queue_full,
+    /// Our own datagrams to a peer that came back through the TUN to be routed to that same
+    /// peer (its endpoint is routed through the tunnel): dropped, or they would loop.
+    drop_loop,
 }
 
 impl Stats {

@@ -50,8 +50,10 @@ pub const PADDING_MULTIPLE: usize = 16;
 /// last seen at least 1/8 full.
 pub const UNDER_LOAD_AFTER_TIME: Duration = Duration::from_secs(1);
 
-/// Maximum number of peers on one device.
-pub const MAX_PEERS: usize = 1 << 16;
+/// Maximum number of peers on one device: the Linux kernel's limit (2^20), not wireguard-go's
+/// 2^16, so a hub of 100 000 peers configures. Every peer costs memory only, and a UAPI `set`
+/// past the limit is refused with `EINVAL`; the UAPI parsers read the limit from here.
+pub const MAX_PEERS: usize = 1 << 20;
 
 /// Default TUN MTU: 1500 minus the worst-case IPv6 + UDP + WireGuard overhead (80 bytes).
 pub const DEFAULT_MTU: usize = 1420;
@@ -114,7 +116,7 @@ mod tests {
         );
         assert_eq!(REPLAY_WINDOW_SIZE, 8128);
         assert_eq!(MAX_CONTENT_SIZE, 65_503);
-        assert_eq!(MAX_PEERS, 65_536);
+        assert_eq!(MAX_PEERS, 1_048_576);
         assert_eq!(HANDSHAKE_INITIATION_RATE * 50, Duration::from_secs(1));
     }
 }

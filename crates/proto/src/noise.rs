@@ -256,7 +256,11 @@ pub struct Handshake {
     local_ephemeral: Option<PrivateKey>,
     remote_ephemeral: PublicKey,
     remote_static: PublicKey,
-    static_static: Secret,
+    /// `DH(S_priv, S_remote)` and the public key of the identity it was computed for: computed
+    /// at the first handshake that needs it, not when the peer is configured (one X25519
+    /// operation, about 40 µs: most of the cost of adding a peer, and of every peer again when
+    /// the private key changes), and computed again whenever our identity has changed since.
+    static_static: Option<(PublicKey, Secret)>,
     psk: PresharedKey,
     local_index: u32,
     remote_index: u32,
@@ -275,9 +279,9 @@ impl fmt::Debug for Handshake {
     }
 }
 
-/// Precomputes `DH(S_priv, S_remote)`; all zero when our key is unset or theirs is low-order,
+/// Computes `DH(S_priv, S_remote)`; all zero when our key is unset or theirs is low-order,
 /// which makes [`Handshake::can_handshake`] false.
-fn static_static(identity: &StaticIdentity, remote: &PublicKey) -> Secret {
+fn compute_static_static(identity: &StaticIdentity, remote: &PublicKey) -> Secret {
     if identity.private_key().is_zero() {
         return secret([0; KEY_SIZE]);
     }
@@ -286,14 +290,16 @@ fn static_static(identity: &StaticIdentity, remote: &PublicKey) -> Secret {
 
 impl Handshake {
     /// A fresh handshake with a peer; `psk` is [`PresharedKey::zero`] when none is configured.
-    pub fn new(identity: &StaticIdentity, remote_static: PublicKey, psk: PresharedKey) -> Self {
+    /// The static-static secret with the identity is computed at the first handshake (see
+    /// [`Handshake::can_handshake`]), so creating a peer costs no X25519 operation.
+    pub fn new(_identity: &StaticIdentity, remote_static: PublicKey, psk: PresharedKey) -> Self {
         Handshake {
             state: HandshakeState::Zeroed,
             hash: secret([0; KEY_SIZE]),
             chain_key: secret([0; KEY_SIZE]),
             local_ephemeral: None,
             remote_ephemeral: PublicKey::default(),
-            static_static: static_static(identity, &remote_static),
+            static_static: None,
             remote_static,
             psk,
             local_index: 0,
@@ -318,17 +324,33 @@ impl Handshake {
         &self.psk
     }
 
-    /// Recomputes the static-static DH after our private key changed, and drops any handshake
-    /// in progress (it was bound to the old key).
-    pub fn recompute_static_static(&mut self, identity: &StaticIdentity) {
-        self.static_static = static_static(identity, &self.remote_static);
+    /// After our private key changed: forgets the static-static DH (the next handshake
+    /// computes it for `identity`) and drops any handshake in progress (it was bound to the old
+    /// key).
+    pub fn recompute_static_static(&mut self, _identity: &StaticIdentity) {
+        self.static_static = None;
         self.clear();
     }
 
-    /// False when the precomputed static-static DH is all zero (no private key, or a low-order
-    /// peer key): such a peer can never complete a handshake.
-    pub fn can_handshake(&self) -> bool {
-        !crypto::is_zero(&self.static_static[..])
+    /// The static-static DH with `identity`, computed now if it was not yet, or was for
+    /// another identity.
+    fn static_static(&mut self, identity: &StaticIdentity) -> &Secret {
+        let fresh = matches!(&self.static_static, Some((p, _)) if p == identity.public_key());
+        if !fresh {
+            let ss = compute_static_static(identity, &self.remote_static);
+            self.static_static = Some((*identity.public_key(), ss));
+        }
+        match &self.static_static {
+            Some((_, ss)) => ss,
+            None => unreachable!("set above"),
+        }
+    }
+
+    /// False when the static-static DH with `identity` is all zero (no private key, or a
+    /// low-order peer key): such a peer can never complete a handshake. Computes and keeps that
+    /// DH at the first call.
+    pub fn can_handshake(&mut self, identity: &StaticIdentity) -> bool {
+        !crypto::is_zero(&self.static_static(identity)[..])
     }
 
     /// The current state.
@@ -368,11 +390,11 @@ impl Handshake {
         self.remote_index = 0;
     }
 
-    fn check_keys(&self, identity: &StaticIdentity) -> Result<(), HandshakeError> {
+    fn check_keys(&mut self, identity: &StaticIdentity) -> Result<(), HandshakeError> {
         if identity.private_key().is_zero() {
             return Err(HandshakeError::NoPrivateKey);
         }
-        if !self.can_handshake() {
+        if !self.can_handshake(identity) {
             return Err(HandshakeError::ZeroSharedSecret);
         }
         Ok(())
@@ -407,7 +429,7 @@ impl Handshake {
         )?;
         mix_hash(&mut h, &enc_static);
 
-        let k = mix_key2(&mut ck, &self.static_static[..]);
+        let k = mix_key2(&mut ck, &self.static_static(identity)[..]);
         let mut enc_ts = [0u8; ENCRYPTED_TIMESTAMP_SIZE];
         aead_seal(&k, &h[..], now.as_bytes(), &mut enc_ts)?;
         mix_hash(&mut h, &enc_ts);
@@ -451,6 +473,7 @@ impl Handshake {
                 received: resp.receiver_index(),
             });
         }
+        self.check_keys(identity)?;
         let Some(ephemeral) = self.local_ephemeral.as_ref() else {
             // InitiationCreated always holds an ephemeral; treat a violation as a state error.
             return Err(HandshakeError::WrongState {
@@ -458,7 +481,6 @@ impl Handshake {
                 actual: HandshakeState::Zeroed,
             });
         };
-        self.check_keys(identity)?;
 
         let mut ck = self.chain_key.clone();
         let mut h = self.hash.clone();
@@ -573,6 +595,8 @@ fn write_fields(out: &mut [u8], fields: &[&[u8]]) {
 
 /// A decrypted initiation whose sender is known but not yet matched to a peer.
 pub struct InitiationCandidate {
+    /// Ours, to compute the static-static DH with the peer the caller finds.
+    identity: StaticIdentity,
     remote_static: PublicKey,
     remote_ephemeral: PublicKey,
     sender_index: u32,
@@ -610,6 +634,7 @@ pub fn decrypt_initiation(
     aead_open(&k, &h[..], init.encrypted_static(), &mut s_i)?;
     mix_hash(&mut h, init.encrypted_static());
     Ok(InitiationCandidate {
+        identity: identity.clone(),
         remote_static: PublicKey::from_bytes(s_i),
         remote_ephemeral: e_i,
         sender_index: init.sender_index(),
@@ -639,12 +664,12 @@ impl InitiationCandidate {
         if !crypto::constant_time_eq(peer.remote_static.as_bytes(), self.remote_static.as_bytes()) {
             return Err(HandshakeError::PeerMismatch);
         }
-        if !peer.can_handshake() {
+        if !peer.can_handshake(&self.identity) {
             return Err(HandshakeError::ZeroSharedSecret);
         }
         let mut ck = self.chain_key.clone();
         let mut h = self.hash.clone();
-        let k = mix_key2(&mut ck, &peer.static_static[..]);
+        let k = mix_key2(&mut ck, &peer.static_static(&self.identity)[..]);
         let mut ts = [0u8; TIMESTAMP_SIZE];
         aead_open(&k, &h[..], &self.encrypted_timestamp, &mut ts)?;
         mix_hash(&mut h, &self.encrypted_timestamp);
@@ -1187,13 +1212,31 @@ mod tests {
         }
     }
 
+    /// The static-static DH is computed at first use and kept with the identity it was for: a
+    /// handshake made after our key changed uses the new one even without a recompute.
+    #[test]
+    fn static_static_follows_an_identity_change() {
+        let mut rng = StdRng::seed_from_u64(11);
+        let old = StaticIdentity::new(PrivateKey::generate(&mut rng));
+        let new = StaticIdentity::new(PrivateKey::generate(&mut rng));
+        let r = StaticIdentity::new(PrivateKey::generate(&mut rng));
+        let mut i = Handshake::new(&old, *r.public_key(), PresharedKey::zero());
+        assert!(i.can_handshake(&old));
+        let init = i.create_initiation(&new, 1, ts(1), &mut rng).unwrap();
+        let mut at_r = Handshake::new(&r, *new.public_key(), PresharedKey::zero());
+        decrypt_initiation(&r, &init)
+            .unwrap()
+            .accept(&mut at_r, ms(0))
+            .unwrap();
+    }
+
     #[test]
     fn low_order_and_zero_keys_fail() {
         let mut rng = StdRng::seed_from_u64(9);
         let id = StaticIdentity::new(PrivateKey::generate(&mut rng));
         for bad in [[0u8; 32], ORDER8] {
             let mut h = Handshake::new(&id, PublicKey::from_bytes(bad), PresharedKey::zero());
-            assert!(!h.can_handshake());
+            assert!(!h.can_handshake(&id));
             assert_eq!(
                 h.create_initiation(&id, 1, ts(1), &mut rng).err(),
                 Some(HandshakeError::ZeroSharedSecret)
@@ -1202,7 +1245,7 @@ mod tests {
         // Unset private key.
         let none = StaticIdentity::new(PrivateKey::from_bytes([0; 32]));
         let mut h = Handshake::new(&none, *id.public_key(), PresharedKey::zero());
-        assert!(!h.can_handshake());
+        assert!(!h.can_handshake(&none));
         assert_eq!(
             h.create_initiation(&none, 1, ts(1), &mut rng).err(),
             Some(HandshakeError::NoPrivateKey)
