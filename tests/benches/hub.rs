@@ -127,10 +127,7 @@ fn hub_config(peers: usize, per_peer: usize, clients: &[PublicKey]) -> String {
 fn hub_device(bind: Arc<dyn vpn_conn::Bind>, key: &PrivateKey, workers: usize) -> Device {
     let (tun, handle) = MemoryTun::new("hub", 1420, 128);
     std::mem::forget(handle); // the TUN stays open for the whole run
-    let opts = Options {
-        workers,
-        ..Options::default()
-    };
+    let opts = Options::default().with_workers(workers);
     let dev = Device::with_options(Arc::new(tun), bind, Logger::new("hub"), opts);
     dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
         .unwrap();
