@@ -23,9 +23,6 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
 
-/// Extra receive-pool bytes with connected sockets on: room for 16 pair readers, each of which
-/// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
-const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
 use vpn_device::clock::{Clock, Counter, CycleClock};
 use vpn_device::sched::Scheduling;
 use vpn_device::{Device, Logger, Options};
@@ -251,6 +248,18 @@ fn open_uapi(name: &str) -> Result<UapiListener, crate::Error> {
     }
 }
 
+/// A byte count with an optional binary suffix: `16777216`, `16384K`, `16M`, `1G`.
+fn parse_bytes(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    num.parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
 fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Error> {
     let signals = [libc::SIGINT, libc::SIGTERM];
     // Before any thread exists, so that every thread inherits the mask and only `sigwait`
@@ -258,8 +267,8 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
     sys::block_signals(&signals)?;
     let tun = Arc::new(open_tun(ifname)?);
     let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
-    // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets; each one's reader keeps receive
-    // buffers, so the receive pool grows by 16 readers' worth.
+    // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets (their readers share the device's
+    // one memory cap and hold none of it while idle).
     let connected = ConnectedOptions::from_env();
     // `VPN_UDP_OFFLOAD=0` keeps UDP GSO/GRO off: for paths or kernels that mishandle them,
     // and for comparisons.
@@ -267,8 +276,13 @@ fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Erro
     let bind = Arc::new(StdNetBind::with_offload(udp_offload).with_connected_options(connected));
     let opts = Options {
         clock: daemon_clock(),
-        receive_pool_bytes: vpn_device::DEFAULT_RECEIVE_POOL_BYTES
-            + usize::from(connected.enabled) * CONNECTED_POOL_BYTES,
+        // `VPN_MEMORY_BUDGET=16M`: the device's cap on packet memory (bytes; K, M, G suffixes).
+        memory_budget: match std::env::var("VPN_MEMORY_BUDGET") {
+            Ok(v) => {
+                parse_bytes(&v).ok_or_else(|| format!("VPN_MEMORY_BUDGET: not a size: {v:?}"))?
+            }
+            Err(_) => vpn_device::DEFAULT_MEMORY_BUDGET,
+        },
         // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
         scheduling: std::env::var("VPN_SCHED_BATCH")
             .map_or(true, |v| v != "0")

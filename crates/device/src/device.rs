@@ -12,7 +12,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::index::IndexTable;
 use crate::keypair::DevKeypair;
 use crate::peer::{Peer, PeerRef};
-use crate::pool::BufferPool;
+use crate::pool::{Layout, Pool};
 use crate::stats::{DeviceStats, Stats};
 use crate::timers::TimerWheel;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
@@ -31,10 +31,7 @@ use vpn_proto::ratelimiter::RateLimiter;
 use vpn_proto::time::Instant;
 use vpn_tun::Device as Tun;
 
-/// Default cap on receive buffers, in bytes (readers wait while every buffer is in flight).
-pub const DEFAULT_RECEIVE_POOL_BYTES: usize = 32 << 20;
-/// Default cap on transmit buffers, in bytes.
-pub const DEFAULT_SEND_POOL_BYTES: usize = 32 << 20;
+pub use crate::pool::DEFAULT_MEMORY_BUDGET;
 
 /// Construction options. `Options::default()` is what `Device::new` uses.
 #[derive(Clone)]
@@ -43,10 +40,11 @@ pub struct Options {
     pub clock: Arc<dyn Clock>,
     /// Crypto worker threads (0: one per available core).
     pub workers: usize,
-    /// Cap on receive buffers in bytes (embedders with a memory ceiling lower it).
-    pub receive_pool_bytes: usize,
-    /// Cap on transmit buffers in bytes.
-    pub send_pool_bytes: usize,
+    /// Cap in bytes on the device's packet memory: the slabs of every reader (the TUN's, the
+    /// shared sockets', every connected socket's) and the packets in flight or staged, both
+    /// directions. Readers wait while it is reached. Embedders with a memory ceiling (an iOS
+    /// network extension) lower it; 0 is unbounded. Default [`DEFAULT_MEMORY_BUDGET`].
+    pub memory_budget: usize,
     /// How the data-path threads are marked while the device carries bulk traffic (the daemon
     /// passes `SCHED_BATCH` on Linux; see [`crate::sched`]). `None`: left alone.
     pub scheduling: Option<Arc<dyn crate::sched::Scheduling>>,
@@ -61,8 +59,7 @@ impl Default for Options {
         Options {
             clock: Arc::new(MonotonicClock::default()),
             workers: 0,
-            receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
-            send_pool_bytes: DEFAULT_SEND_POOL_BYTES,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
             scheduling: None,
             datagram_yield: true,
         }
@@ -141,8 +138,8 @@ pub(crate) struct DeviceInner {
     crypto_rx: Receiver<Job>,
     pub(crate) handshake_tx: Sender<Option<HandshakeJob>>,
     pub(crate) handshake_rx: Receiver<Option<HandshakeJob>>,
-    pub(crate) out_pool: Arc<BufferPool>,
-    pub(crate) in_pool: Arc<BufferPool>,
+    /// Every packet's memory, both directions, under the one cap.
+    pub(crate) pool: Arc<Pool>,
     pub(crate) mtu: AtomicUsize,
     pub(crate) batch_size: usize,
     pub(crate) rate_limiter: Mutex<RateLimiter>,
@@ -159,8 +156,9 @@ pub(crate) struct DeviceInner {
     /// Whether the starter accepts new receive functions (false while the bind closes).
     accepting_readers: AtomicBool,
     pub(crate) readers_started: AtomicUsize,
-    /// Receive buffers the running readers keep in hand (a batch each).
-    reader_buffers: Arc<AtomicUsize>,
+    /// Bytes readers hold while they wait for data: a slab each for receive functions that
+    /// cannot wait without one (see `receive_routine`); 0 with the binds of this repository.
+    pub(crate) idle_slabs: AtomicUsize,
     closed: (Mutex<bool>, Condvar),
     /// Dropped by `close`: wakes threads that wait on something the device does not own (the
     /// TUN's event channel), so a TUN that never disconnects it cannot hang `close`.
@@ -232,10 +230,7 @@ impl Device {
             crypto_rx,
             handshake_tx,
             handshake_rx,
-            // Every reader keeps a full batch of buffers in hand: the caps never go below a few
-            // batches, or readers could wait on each other forever.
-            out_pool: BufferPool::with_byte_cap(opts.send_pool_bytes, 4 * batch_size),
-            in_pool: BufferPool::with_byte_cap(opts.receive_pool_bytes, 4 * batch_size),
+            pool: Pool::new(opts.memory_budget),
             mtu: AtomicUsize::new(mtu),
             batch_size,
             rate_limiter: Mutex::new(RateLimiter::new()),
@@ -248,7 +243,7 @@ impl Device {
             readers: Mutex::new(Vec::new()),
             accepting_readers: AtomicBool::new(false),
             readers_started: AtomicUsize::new(0),
-            reader_buffers: Arc::new(AtomicUsize::new(0)),
+            idle_slabs: AtomicUsize::new(0),
             closed: (Mutex::new(false), Condvar::new()),
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
             shutdown_rx,
@@ -641,12 +636,7 @@ impl DeviceInner {
 
     fn spawn_reader(self: &Arc<Self>, f: ReceiveFunc, batch: usize) {
         let d = self.clone();
-        let held = self.reader_buffers.clone();
-        held.fetch_add(batch, Ordering::AcqRel);
-        let t = spawn("receive", move || {
-            d.receive_routine(f, batch);
-            held.fetch_sub(batch, Ordering::AcqRel);
-        });
+        let t = spawn("receive", move || d.receive_routine(f, batch));
         let mut readers = self.readers.lock();
         // Connected sockets come and go: forget readers that already ended.
         readers.retain(|r| !r.is_finished());
@@ -761,21 +751,20 @@ impl ReceiveFuncStarter for Starter {
         if !dev.accepting_readers.load(Ordering::Acquire) || dev.is_closed() {
             return false;
         }
-        // Every reader keeps a batch of receive buffers in hand, and while it sorts a batch it
-        // may hold up to another batch of packets not yet handed on, waiting for buffers to
-        // replace them. Refuse a reader whose two batches the capped pool cannot cover next
-        // to the others': readers could otherwise hold every buffer and wait on each other
-        // forever. The bind then keeps that traffic on its shared socket.
-        let cap = dev.in_pool.max();
-        let held = dev.reader_buffers.load(Ordering::Acquire);
-        if cap != 0 && 2 * (held + batch_size.max(1)) > cap {
-            tracing::debug!(device = %dev.name, held, cap, "receive pool full: reader refused");
+        // A reader holds no memory while it waits for data and waits for the pool holding
+        // none, so readers cannot starve each other for good: any number is admitted as long
+        // as the readers that must wait with a slab in hand (receive functions that cannot
+        // wait without one) leave half the cap to the others. `buf_size` is the largest
+        // datagram the reader may return: run heads hold it (`pool::Layout`).
+        let _ = buf_size;
+        let cap = dev.pool.max();
+        let idle = dev.idle_slabs.load(Ordering::Acquire);
+        let slab = Layout::for_batch(batch_size, dev.mtu()).len();
+        if cap != 0 && 2 * (idle + slab) > cap {
+            tracing::debug!(device = %dev.name, idle, cap, "packet memory held by idle readers: reader refused");
             return false;
         }
         dev.readers_started.fetch_add(1, Ordering::Relaxed);
-        // Device buffers are `BUFFER_SIZE` each, larger than any datagram, so every `buf_size`
-        // a bind can name is met.
-        let _ = buf_size;
         dev.spawn_reader(f, batch_size.max(1));
         true
     }

@@ -268,6 +268,13 @@ impl Reader {
         sizes: &mut [usize],
         eps: &mut [Endpoint],
     ) -> io::Result<usize> {
+        if bufs.is_empty() {
+            // A wait for data (see `ReceiveFunc`): segments still queued count as data.
+            if !self.gro.as_ref().is_some_and(Gro::has_pending) {
+                self.fam.wait_readable()?;
+            }
+            return Ok(0);
+        }
         let n = bufs
             .len()
             .min(sizes.len())
