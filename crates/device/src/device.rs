@@ -248,6 +248,7 @@ impl Device {
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
             shutdown_rx,
         });
+        inner.set_memory_floor();
         inner.start_threads();
         Device { inner }
     }
@@ -339,6 +340,12 @@ impl Device {
         self.inner.peers.read().by_key.get(key).cloned()
     }
 
+    /// The device's packet memory: its cap, what is allocated, the peak, and how often readers
+    /// waited for it.
+    pub fn memory(&self) -> crate::pool::MemoryUse {
+        self.inner.pool.memory_use()
+    }
+
     /// Receive threads started through the [`ReceiveFuncStarter`] (connected sockets) so far.
     pub fn started_readers(&self) -> usize {
         self.inner.readers_started.load(Ordering::Relaxed)
@@ -409,6 +416,25 @@ impl DeviceInner {
 
     pub(crate) fn mtu(&self) -> usize {
         self.mtu.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the memory cap at least what the readers need at once to make progress: the TUN
+    /// reader's slab (kept while it waits) and two socket readers' (an embedder's budget below
+    /// that would stall a direction for good). Set again when the MTU changes.
+    fn set_memory_floor(&self) {
+        let socket = Layout::for_batch(self.bind.batch_size().max(1), self.mtu());
+        self.pool
+            .set_floor(self.tun_layout().len() + 2 * socket.len());
+    }
+
+    /// The TUN reader's slab at the current MTU: plain slots (the TUN splits super-packets
+    /// through its own scratch), no run heads.
+    pub(crate) fn tun_layout(&self) -> Layout {
+        Layout {
+            slots: self.batch_size,
+            slot: crate::pool::slot_size(self.mtu()),
+            runs: false,
+        }
     }
 
     pub(crate) fn peer_list(&self) -> Vec<Arc<Peer>> {
@@ -792,6 +818,7 @@ fn tun_event_reader(
                 if let Ok(m) = d.tun.mtu() {
                     let m = (m as usize).min(MAX_CONTENT_SIZE);
                     d.mtu.store(m, Ordering::Relaxed);
+                    d.set_memory_floor();
                 }
             }
             vpn_tun::Event::Up => {

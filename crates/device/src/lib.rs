@@ -28,5 +28,6 @@ pub(crate) use device::DeviceInner;
 pub(crate) use device::Job;
 pub use device::{Device, Logger, Options, DEFAULT_MEMORY_BUDGET};
 pub use peer::Peer;
+pub use pool::MemoryUse;
 pub use stats::Stats;
 pub use uapi::IpcError;

@@ -23,7 +23,7 @@ use crate::batch::Elem;
 use bytes::BytesMut;
 use parking_lot::{Condvar, Mutex};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,6 +154,21 @@ struct Free {
     slabs: Vec<BytesMut>,
     /// Bytes in existence: free and handed-out slabs plus charged buffers.
     allocated: usize,
+    /// The most `allocated` has been.
+    peak: usize,
+}
+
+/// How much packet memory a pool holds (see `Device::memory`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// The cap in bytes (0: none); at least the floor the device needs to make progress.
+    pub budget: usize,
+    /// Bytes allocated now (free and handed-out slabs, copies of staged packets).
+    pub allocated: usize,
+    /// The most bytes allocated at once so far.
+    pub peak: usize,
+    /// Times a reader waited for memory (the cap was reached).
+    pub waits: u64,
 }
 
 /// The device's packet memory: slabs under a cap in bytes (see the module docs).
@@ -161,6 +176,10 @@ pub struct Pool {
     free: Mutex<Free>,
     /// Cap on `allocated` (0: none).
     max: usize,
+    /// The least the cap may be: the device's readers must fit together (see `set_floor`).
+    floor: AtomicUsize,
+    /// Times a taker waited.
+    waits: AtomicU64,
     /// Takers waiting for memory: a return only touches the condvar when non-zero.
     waiters: AtomicUsize,
     cond: Condvar,
@@ -175,17 +194,42 @@ impl Pool {
             free: Mutex::new(Free {
                 slabs: Vec::new(),
                 allocated: 0,
+                peak: 0,
             }),
             max,
+            floor: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
             waiters: AtomicUsize::new(0),
             cond: Condvar::new(),
             elem_lists: Mutex::new(Vec::with_capacity(SPARE_ELEM_LISTS)),
         })
     }
 
-    /// The cap in bytes (0: unbounded).
+    /// The cap in bytes (0: unbounded), raised to the floor.
     pub fn max(&self) -> usize {
-        self.max
+        match self.max {
+            0 => 0,
+            max => max.max(self.floor.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Raises the cap to at least `bytes` (0 leaves an unbounded pool unbounded). The device
+    /// sets it to what its readers need at once to make progress: the TUN reader keeps its
+    /// slab while it waits, and a socket reader needs one of its own next to it.
+    pub fn set_floor(&self, bytes: usize) {
+        self.floor.store(bytes, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// What the pool holds now, its peak and how often takers waited.
+    pub fn memory_use(&self) -> MemoryUse {
+        let f = self.free.lock();
+        MemoryUse {
+            budget: self.max(),
+            allocated: f.allocated,
+            peak: f.peak,
+            waits: self.waits.load(Ordering::Relaxed),
+        }
     }
 
     /// Bytes in existence (free and handed-out slabs, charged buffers).
@@ -207,9 +251,11 @@ impl Pool {
     /// Whether `len` more bytes fit under the cap, freeing spare slabs (oldest first) to make
     /// room; counts them as allocated if so.
     fn admit(&self, f: &mut Free, len: usize) -> bool {
+        let max = self.max();
         loop {
-            if self.max == 0 || f.allocated + len <= self.max {
+            if max == 0 || f.allocated + len <= max {
                 f.allocated += len;
+                f.peak = f.peak.max(f.allocated);
                 return true;
             }
             if f.slabs.is_empty() {
@@ -232,10 +278,12 @@ impl Pool {
             if self.admit(&mut f, len) || f.allocated == 0 {
                 if f.allocated == 0 {
                     f.allocated = len;
+                    f.peak = f.peak.max(len);
                 }
                 drop(f);
                 return BytesMut::zeroed(len);
             }
+            self.waits.fetch_add(1, Ordering::Relaxed);
             self.waiters.fetch_add(1, Ordering::AcqRel);
             self.cond.wait_for(&mut f, WAIT_BACKSTOP);
             self.waiters.fetch_sub(1, Ordering::AcqRel);
@@ -593,6 +641,20 @@ mod tests {
         assert_eq!(pool.allocated(), 64);
         drop(copy);
         assert_eq!(pool.allocated(), 0);
+    }
+
+    #[test]
+    fn the_floor_raises_the_cap() {
+        let l = layout(4);
+        let pool = Pool::new(l.len());
+        let _a = pool.take(l.len());
+        pool.set_floor(2 * l.len());
+        let _b = pool.take(l.len());
+        let m = pool.memory_use();
+        assert_eq!(
+            (m.budget, m.allocated, m.peak, m.waits),
+            (2 * l.len(), 2 * l.len(), 2 * l.len(), 0)
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
-use crate::pool::{slot_size, Carver, Layout, PacketBuf, HEADROOM};
+use crate::pool::{slot_size, Carver, PacketBuf, HEADROOM};
 use crate::route::{destination, BatchMemo, LastRoute};
 use crate::DeviceInner;
 use bytes::BytesMut;
@@ -19,13 +19,7 @@ impl DeviceInner {
     /// of its packets), then takes the next one before reading again.
     pub(crate) fn tun_reader(self: &Arc<Self>) {
         let batch = self.batch_size;
-        // The TUN splits super-packets through its own scratch: plain slots, no run heads.
-        let layout_now = || Layout {
-            slots: batch,
-            slot: slot_size(self.mtu()),
-            runs: false,
-        };
-        let mut layout = layout_now();
+        let mut layout = self.tun_layout();
         let mut slab: Option<BytesMut> = None;
         // The per-call view of the slab, its allocation reused (see `recycle_slices`).
         let mut spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
@@ -41,7 +35,7 @@ impl DeviceInner {
             let mem = match &mut slab {
                 Some(s) => s,
                 None => {
-                    layout = layout_now();
+                    layout = self.tun_layout();
                     slab.insert(self.pool.take(layout.len()))
                 }
             };
