@@ -266,12 +266,14 @@ impl Pool {
         }
     }
 
-    /// Takes a slab of `len` bytes, waiting while the cap leaves no room. A slab larger than
-    /// the whole cap is served once nothing else is allocated, so no taker waits forever.
+    /// Takes a slab of at least `len` bytes (a spare larger one is reused rather than freed and
+    /// allocated again: churning the allocator at the cap grew the process far past the cap),
+    /// waiting while the cap leaves no room. A slab larger than the whole cap is served once
+    /// nothing else is allocated, so no taker waits forever.
     pub fn take(&self, len: usize) -> BytesMut {
         let mut f = self.free.lock();
         loop {
-            if let Some(i) = f.slabs.iter().rposition(|s| s.len() == len) {
+            if let Some(i) = fitting(&f.slabs, len) {
                 return f.slabs.remove(i);
             }
             // Past the cap only when nothing else is allocated (`admit` freed the spares).
@@ -290,9 +292,15 @@ impl Pool {
         }
     }
 
-    /// Returns a whole slab of `len` bytes (as taken). One that came back shorter (a packet
+    /// Returns a whole slab, as taken.
+    pub fn put(&self, slab: BytesMut) {
+        let len = slab.len();
+        self.put_joined(slab, len);
+    }
+
+    /// Returns a slab of `len` bytes put back together; one that came back shorter (a packet
     /// was leaked) is freed instead.
-    pub fn put(&self, slab: BytesMut, len: usize) {
+    fn put_joined(&self, slab: BytesMut, len: usize) {
         let mut f = self.free.lock();
         if slab.len() == len && (self.max != 0 || f.slabs.len() < UNBOUNDED_FREE) {
             f.slabs.push(slab);
@@ -338,6 +346,17 @@ impl Pool {
             lists.push(v);
         }
     }
+}
+
+/// The spare slab to reuse for `len` bytes: the smallest that holds them, the newest of those.
+fn fitting(slabs: &[BytesMut], len: usize) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, s) in slabs.iter().enumerate() {
+        if s.len() >= len && best.is_none_or(|b| s.len() <= slabs[b].len()) {
+            best = Some(i);
+        }
+    }
+    best
 }
 
 /// Where a packet buffer goes when it is dropped.
@@ -459,17 +478,17 @@ impl Drop for SlabHome {
         pieces.sort_unstable_by_key(|p| p.as_ptr() as usize);
         let mut it = pieces.into_iter();
         let Some(mut slab) = it.next() else {
-            self.pool.put(BytesMut::new(), self.len);
+            self.pool.put_joined(BytesMut::new(), self.len);
             return;
         };
         for p in it {
             if slab.try_unsplit(p).is_err() {
                 // Not contiguous: a piece went missing. Free the slab.
-                self.pool.put(BytesMut::new(), self.len);
+                self.pool.put_joined(BytesMut::new(), self.len);
                 return;
             }
         }
-        self.pool.put(slab, self.len);
+        self.pool.put_joined(slab, self.len);
     }
 }
 
@@ -484,12 +503,12 @@ pub(crate) struct Carver {
 }
 
 impl Carver {
-    /// Starts carving `slab` (taken from `pool` with `layout.len()` bytes).
+    /// Starts carving `slab` (taken from `pool` for `layout`; it may be larger).
     pub fn new(pool: &Arc<Pool>, slab: BytesMut, layout: Layout) -> Carver {
         Carver {
             home: Arc::new(SlabHome {
                 pool: pool.clone(),
-                len: layout.len(),
+                len: slab.len(),
                 pieces: Mutex::new(Vec::new()),
             }),
             rest: slab,
@@ -607,7 +626,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(!t.is_finished(), "took a slab from an exhausted pool");
-        pool.put(a, l.len());
+        pool.put(a);
         assert_eq!(t.join().unwrap(), l.len());
         assert_eq!(pool.allocated(), 2 * l.len());
     }
@@ -617,10 +636,30 @@ mod tests {
         let (small, large) = (layout(4), layout(8));
         let pool = Pool::new(large.len());
         let s = pool.take(small.len());
-        pool.put(s, small.len());
+        pool.put(s);
         // No room for the large slab next to the spare small one: the spare goes.
         let l = pool.take(large.len());
         assert_eq!(l.len(), large.len());
+        assert_eq!(pool.allocated(), large.len());
+    }
+
+    #[test]
+    fn a_larger_spare_slab_serves_a_smaller_layout() {
+        let (small, large) = (layout(4), layout(8));
+        let pool = Pool::new(large.len());
+        let l = pool.take(large.len());
+        pool.put(l);
+        let mut s = pool.take(small.len());
+        assert_eq!(s.len(), large.len(), "the spare is reused, not freed");
+        let mut v = Vec::new();
+        small.slices(&mut s, &mut v);
+        assert_eq!(v.len(), 4);
+        drop(v);
+        let mut c = Carver::new(&pool, s, small);
+        let p = c.slot(3);
+        drop(c);
+        drop(p);
+        assert_eq!(pool.outstanding(), 0);
         assert_eq!(pool.allocated(), large.len());
     }
 
@@ -662,7 +701,7 @@ mod tests {
         let pool = Pool::new(100);
         let s = pool.take(1000);
         assert_eq!(s.len(), 1000);
-        pool.put(s, 1000);
+        pool.put(s);
         assert_eq!(pool.take(1000).len(), 1000);
     }
 }

@@ -102,7 +102,7 @@ impl DeviceInner {
                     n.min(batch)
                 }
                 Err(e) => {
-                    self.pool.put(slab, layout.len());
+                    self.pool.put(slab);
                     if is_err_closed(&e) {
                         break;
                     }
@@ -133,7 +133,7 @@ impl DeviceInner {
                     (&mut last_index, &mut last_src),
                 )
             {
-                self.pool.put(slab, layout.len());
+                self.pool.put(slab);
                 continue;
             }
             // Classify under the index's read lock; carve packets out of the slab only after
@@ -145,8 +145,7 @@ impl DeviceInner {
                 // bulk batch is one keypair's run, and under the read lock at one `now` the
                 // lookup would give the same answer.
                 let mut last: Option<(u32, Act)> = None;
-                for i in 0..n {
-                    let size = sizes[i];
+                for (i, &size) in sizes[..n].iter().enumerate() {
                     let msg = match layout.packet(&slab, i, 0, size) {
                         Some(m) if size >= TRANSPORT_MIN_SIZE => m,
                         _ => {
@@ -255,7 +254,7 @@ impl DeviceInner {
                 }
             }
             if !acts.iter().any(|a| matches!(a, Act::Transport { .. })) {
-                self.pool.put(slab, layout.len());
+                self.pool.put(slab);
                 continue;
             }
             let mut carver = Carver::new(&self.pool, slab, layout);

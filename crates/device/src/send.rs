@@ -79,9 +79,9 @@ impl DeviceInner {
             {
                 let table = self.allowed_ips.read();
                 let mut memo = BatchMemo::new();
-                for i in 0..n {
+                for (i, &size) in sizes[..n].iter().enumerate() {
                     let g = layout
-                        .packet(mem, i, HEADROOM, sizes[i])
+                        .packet(mem, i, HEADROOM, size)
                         .and_then(destination)
                         .and_then(|dst| {
                             memo.get(dst, || {
@@ -121,7 +121,7 @@ impl DeviceInner {
             }
         }
         if let Some(mem) = slab {
-            self.pool.put(mem, layout.len());
+            self.pool.put(mem);
         }
     }
 
