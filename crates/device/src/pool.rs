@@ -509,7 +509,8 @@ impl Carver {
             home: Arc::new(SlabHome {
                 pool: pool.clone(),
                 len: slab.len(),
-                pieces: Mutex::new(Vec::new()),
+                // A piece per slot at most (a slot or a gap before it) and the tail.
+                pieces: Mutex::new(Vec::with_capacity(layout.slots + 1)),
             }),
             rest: slab,
             layout,
