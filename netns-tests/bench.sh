@@ -23,6 +23,9 @@
 #   RUNS=3 SECS=4 (seconds per iperf3 run) RTT_ROUNDS=10 RTT_PINGS=20 RTT_INTERVAL=0.05
 #   MAX_LOAD=1 LOAD_WAIT=300 (seconds to wait for a quiet machine) DOC=docs/performance.md
 #   IMPLS="veth vpn wggo boringtun"
+#   BASE=main: same-run A/B against a baseline `vpn` built from that git ref in its own
+#   worktree and target directory (target/bench-base/); its runs are interleaved with the
+#   others and the ratios vpn/base are printed and written to the section.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -43,6 +46,23 @@ trap lab_cleanup EXIT
 trap 'exit 130' INT TERM
 need_root
 [ -x "$VPN" ] || { echo "bench.sh: $VPN not found (cargo build --release -p vpn-cli)" >&2; exit 1; }
+BASE="${BASE:-}"
+if [ -n "$BASE" ]; then
+    # The baseline: the ref checked out in a worktree of its own, built into a target
+    # directory of its own (nothing of this tree's build is reused or disturbed).
+    BASE_TREE="$ROOT/target/bench-base/tree"
+    BASE_REV="$(git -C "$ROOT" rev-parse --short "$BASE^{commit}")" || { echo "bench.sh: unknown ref $BASE" >&2; exit 1; }
+    if [ -d "$BASE_TREE" ]; then
+        git -C "$BASE_TREE" checkout -q --detach "$BASE_REV"
+    else
+        git -C "$ROOT" worktree add -q --detach "$BASE_TREE" "$BASE_REV"
+    fi
+    echo "== building the baseline $BASE ($BASE_REV)"
+    (cd "$BASE_TREE" && cargo build -q --release -p vpn-cli --target-dir "$ROOT/target/bench-base/target") ||
+        { echo "bench.sh: baseline build failed" >&2; exit 1; }
+    export BASE_VPN="$ROOT/target/bench-base/target/release/vpn"
+    case " $IMPLS " in *" base "*) ;; *) IMPLS="${IMPLS/vpn/vpn base}" ;; esac
+fi
 ensure_tools
 [ "$(nproc)" -ge 2 ] || { echo "bench.sh: needs 2 CPUs to pin the two sides" >&2; exit 1; }
 HZ="$(getconf CLK_TCK)"
@@ -65,7 +85,7 @@ if [ -f "$HOT" ] && command -v nm >/dev/null; then
     echo "== hot-symbol order: $HOT_FOUND of $(grep -vc '^#' "$HOT") per-packet functions found in $VPN"
 fi
 
-label() { case "$1" in veth) echo "plain veth" ;; vpn) echo "vpn" ;; wggo) echo "wireguard-go" ;; boringtun) echo "boringtun-cli" ;; esac; }
+label() { case "$1" in veth) echo "plain veth" ;; vpn) echo "vpn" ;; base) echo "vpn $BASE ($BASE_REV)" ;; wggo) echo "wireguard-go" ;; boringtun) echo "boringtun-cli" ;; esac; }
 record() { echo "$1 $2 $3" >>"$RES"; }   # impl metric value
 
 # median, min, max of a metric: "med min max" (empty if no values).
@@ -309,6 +329,11 @@ section() {
     echo "- RTT (median; mean): vpn $(pct vpn rtt | awk '{ print $1 "; " $4 }') ms, boringtun-cli $(pct boringtun rtt | awk '{ print $1 "; " $4 }') ms,"
     echo "  wireguard-go $(pct wggo rtt | awk '{ print $1 "; " $4 }') ms; vpn/boringtun-cli $(pct vpn rtt | awk -v b="$(pct boringtun rtt | cut -d' ' -f1)" '{ if (b > 0) printf "%.2f×", $1 / b; else print "n/a" }') (target ≤ 1)."
     echo "- UDP 64 B delivered: vpn/boringtun-cli $(ratio vpn boringtun udppps), vpn/wireguard-go $(ratio vpn wggo udppps)."
+    if [ -n "$BASE" ]; then
+        echo "- A/B against $BASE ($BASE_REV), same run: TCP 1 stream $(ratio vpn base tcp1), TCP 4 streams $(ratio vpn base tcp4),"
+        echo "  UDP 64 B delivered $(ratio vpn base udppps), CPU-s/GB $(ratio vpn base cpugb) (lower is better),"
+        echo "  RTT median vpn $(pct vpn rtt | cut -d' ' -f1) ms, base $(pct base rtt | cut -d' ' -f1) ms."
+    fi
     if [ -n "${BENCH_NOTES:-}" ] && [ -f "$BENCH_NOTES" ]; then echo; cat "$BENCH_NOTES"; fi
 }
 

@@ -103,7 +103,7 @@ wait_for() {
     return 1
 }
 
-# start_daemon <kind: vpn|wggo|boringtun> <ns> <ifname> [cpu]: starts a userspace WireGuard
+# start_daemon <kind: vpn|base|wggo|boringtun> <ns> <ifname> [cpu]: starts a userspace WireGuard
 # daemon in the foreground inside the namespace (optionally pinned to a CPU), records its PID
 # in DAEMON_PID, waits for its UAPI socket.
 start_daemon() {
@@ -113,6 +113,7 @@ start_daemon() {
     local cmd
     case "$kind" in
         vpn) cmd=("$VPN" --foreground "$ifn") ;;
+        base) cmd=("${BASE_VPN:?BASE_VPN not set}" --foreground "$ifn") ;;
         wggo) cmd=(env LOG_LEVEL=error wireguard-go -f "$ifn") ;;
         boringtun) cmd=(env WG_SUDO=1 "$BORINGTUN" -f --disable-drop-privileges -l "$log.bt" "$ifn") ;;
         *) echo "unknown daemon $kind" >&2; return 1 ;;

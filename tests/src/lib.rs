@@ -114,13 +114,18 @@ impl Node {
         clock: Option<Arc<dyn Clock>>,
         workers: usize,
     ) -> Node {
-        let underlay = IpAddr::from([198, 18, 0, n]);
-        let bind = Arc::new(net.bind(underlay, batch));
-        let (tun, handle) = MemoryTun::new(&format!("mem{n}"), 1420, batch);
         let mut opts = Options::default().with_workers(workers);
         if let Some(c) = clock {
             opts = opts.with_clock(c);
         }
+        Self::with_options(net, n, batch, opts)
+    }
+
+    /// [`Node::new`] with device options.
+    pub fn with_options(net: &MemoryNetwork, n: u8, batch: usize, opts: Options) -> Node {
+        let underlay = IpAddr::from([198, 18, 0, n]);
+        let bind = Arc::new(net.bind(underlay, batch));
+        let (tun, handle) = MemoryTun::new(&format!("mem{n}"), 1420, batch);
         let dev = Device::with_options(
             Arc::new(tun),
             bind.clone(),

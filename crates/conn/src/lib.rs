@@ -59,6 +59,11 @@ pub const IDEAL_BATCH_SIZE: usize = 128;
 ///
 /// `bufs`, `sizes` and `eps` have the same length, at most the bind's [`Bind::batch_size`] for
 /// functions returned by `open`, or the batch size named to the [`ReceiveFuncStarter`].
+///
+/// Called with no buffers (all three empty), a receive function waits until a datagram is
+/// ready to read, reads nothing and returns `Ok(0)` (or [`err_closed`] once closed). The
+/// device waits this way before it takes memory for a read, so an idle socket costs it none.
+/// A function that returns any other error to such a call is read with buffers in hand.
 pub type ReceiveFunc =
     Box<dyn FnMut(&mut [&mut [u8]], &mut [usize], &mut [Endpoint]) -> io::Result<usize> + Send>;
 
@@ -66,7 +71,9 @@ pub type ReceiveFunc =
 ///
 /// The device installs one before every `open`. The bind calls [`start`](Self::start) for each
 /// new receive function; the device runs it in a reader thread of its own with `batch_size`
-/// buffers of at least `buf_size` bytes. `start` returns `false` once the device is closing the
+/// buffers. `buf_size` is the largest datagram the function may read: the device's buffers of
+/// a batch of 64 or more hold that much in the first of every 64 (where a GRO read puts its
+/// super-datagram), the others a datagram of the tunnel MTU (at least 2048 bytes). `start` returns `false` once the device is closing the
 /// bind: the function is then never called and the bind must close the socket behind it (an
 /// unread socket would swallow the peer's traffic). A started function that returns
 /// [`err_closed`] ends only its own reader.

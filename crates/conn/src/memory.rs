@@ -198,10 +198,16 @@ impl Bind for MemoryBind {
 }
 
 fn receive_func(rx: Receiver<Datagram>, batch: usize) -> ReceiveFunc {
+    // A datagram taken off the channel by a wait (no buffers), delivered by the next read.
+    let mut waiting: Option<Datagram> = None;
     Box::new(
         move |bufs: &mut [&mut [u8]], sizes: &mut [usize], eps: &mut [Endpoint]| {
             let n = bufs.len().min(sizes.len()).min(eps.len()).min(batch);
             if n == 0 {
+                // Wait until a datagram is there (see `ReceiveFunc`).
+                if waiting.is_none() {
+                    waiting = Some(rx.recv().map_err(|_| err_closed())?);
+                }
                 return Ok(0);
             }
             let mut put = |i: usize, (from, data): Datagram| {
@@ -213,7 +219,10 @@ fn receive_func(rx: Receiver<Datagram>, batch: usize) -> ReceiveFunc {
                 }
                 eps[i] = Endpoint::from(from);
             };
-            let first = rx.recv().map_err(|_| err_closed())?;
+            let first = match waiting.take() {
+                Some(d) => d,
+                None => rx.recv().map_err(|_| err_closed())?,
+            };
             put(0, first);
             let mut got = 1;
             while got < n {
@@ -257,5 +266,30 @@ mod tests {
         let e = fb[0](&mut bufs, &mut sizes, &mut eps).unwrap_err();
         assert!(is_err_closed(&e));
         assert!(!net.inject(a.local_addr().unwrap(), to.dst, vec![1]));
+    }
+
+    #[test]
+    fn a_call_without_buffers_waits_for_a_datagram_and_keeps_it_for_the_read() {
+        let net = MemoryNetwork::new();
+        let a = net.bind("10.0.0.1".parse().unwrap(), 8);
+        let b = net.bind("10.0.0.2".parse().unwrap(), 8);
+        let (_fa, _pa) = a.open(0).unwrap();
+        let (mut fb, pb) = b.open(0).unwrap();
+        let to = Endpoint::from(SocketAddr::new("10.0.0.2".parse().unwrap(), pb));
+        let waiter = std::thread::spawn(move || {
+            let r = fb[0](&mut [], &mut [], &mut []);
+            (fb, r.map_err(|e| e.kind()))
+        });
+        a.send(&[b"one"], &to).unwrap();
+        let (mut fb, r) = waiter.join().unwrap();
+        assert_eq!(r, Ok(0));
+        let mut s1 = [0u8; 16];
+        let mut bufs: Vec<&mut [u8]> = vec![&mut s1];
+        let (mut sizes, mut eps) = ([0; 1], [Endpoint::default(); 1]);
+        assert_eq!(fb[0](&mut bufs, &mut sizes, &mut eps).unwrap(), 1);
+        assert_eq!(&bufs[0][..sizes[0]], b"one");
+        b.close().unwrap();
+        let e = fb[0](&mut [], &mut [], &mut []).unwrap_err();
+        assert!(is_err_closed(&e), "a wait on a closed bind ends the reader");
     }
 }

@@ -7,7 +7,7 @@
 //! peer at a time, so per-peer order is queue order whichever worker finished first — without a
 //! thread per peer and without a wake-up hop between the worker and a sequential sender.
 
-use crate::pool::BufferPool;
+use crate::pool::{PacketBuf, Pool};
 use crate::Peer;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vpn_conn::Endpoint;
 
-/// One packet in a pooled buffer.
+/// One packet in its slot of a pooled slab (or a buffer of its own).
 pub(crate) struct Elem {
-    pub buf: Box<[u8]>,
+    pub buf: PacketBuf,
     /// Outbound: plaintext length (at `HEADROOM`), then the message length (at 0) once sealed.
     /// Inbound: message length (at 0), then the plaintext length (at `HEADROOM`) once opened.
     pub len: usize,
@@ -32,7 +32,7 @@ pub(crate) struct Elem {
 }
 
 impl Elem {
-    pub fn new(buf: Box<[u8]>, len: usize) -> Elem {
+    pub fn new(buf: PacketBuf, len: usize) -> Elem {
         Elem {
             buf,
             len,
@@ -44,17 +44,18 @@ impl Elem {
     }
 }
 
-/// A list of packets whose buffers go back to their pool when it is dropped, whatever path
-/// dropped it (sent, staged and evicted, peer stopped, device closed).
+/// A list of packets whose memory goes back to the pool when it is dropped, whatever path
+/// dropped it (sent, staged and evicted, peer stopped, device closed): each packet gives its
+/// slot back to its slab, and a slab returns with its last packet.
 pub(crate) struct Elems {
-    pool: Arc<BufferPool>,
+    pool: Arc<Pool>,
     pub v: Vec<Elem>,
 }
 
 impl Elems {
     /// An empty list with room for `cap` packets, reusing a list an earlier batch returned (a
     /// batch per packet on a quiet tunnel would otherwise allocate and free one each time).
-    pub fn new(pool: &Arc<BufferPool>, cap: usize) -> Elems {
+    pub fn new(pool: &Arc<Pool>, cap: usize) -> Elems {
         let mut v = pool.spare_elems();
         v.reserve(cap);
         Elems {
@@ -74,7 +75,7 @@ impl Elems {
 
 impl Drop for Elems {
     fn drop(&mut self) {
-        self.pool.put_all(self.v.drain(..).map(|e| e.buf));
+        self.v.clear();
         self.pool.keep_elems(std::mem::take(&mut self.v));
     }
 }

@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::index::IndexTable;
 use crate::keypair::DevKeypair;
 use crate::peer::{Peer, PeerRef};
-use crate::pool::BufferPool;
+use crate::pool::{Layout, Pool};
 use crate::stats::{DeviceStats, Stats};
 use crate::timers::TimerWheel;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
@@ -31,10 +31,7 @@ use vpn_proto::ratelimiter::RateLimiter;
 use vpn_proto::time::Instant;
 use vpn_tun::Device as Tun;
 
-/// Default cap on receive buffers, in bytes (readers wait while every buffer is in flight).
-pub const DEFAULT_RECEIVE_POOL_BYTES: usize = 32 << 20;
-/// Default cap on transmit buffers, in bytes.
-pub const DEFAULT_SEND_POOL_BYTES: usize = 32 << 20;
+pub use crate::pool::DEFAULT_MEMORY_BUDGET;
 
 /// Construction options. `Options::default()` is what `Device::new` uses.
 ///
@@ -44,7 +41,7 @@ pub const DEFAULT_SEND_POOL_BYTES: usize = 32 << 20;
 /// ```
 /// let opts = vpn_device::Options::default()
 ///     .with_workers(2)
-///     .with_receive_pool_bytes(4 << 20);
+///     .with_memory_budget(16 << 20);
 /// assert_eq!(opts.workers, 2);
 /// ```
 #[derive(Clone)]
@@ -55,10 +52,11 @@ pub struct Options {
     pub clock: Arc<dyn Clock>,
     /// Crypto worker threads (0: one per available core).
     pub workers: usize,
-    /// Cap on receive buffers in bytes (embedders with a memory ceiling lower it).
-    pub receive_pool_bytes: usize,
-    /// Cap on transmit buffers in bytes.
-    pub send_pool_bytes: usize,
+    /// Cap in bytes on the device's packet memory: the slabs of every reader (the TUN's, the
+    /// shared sockets', every connected socket's) and the packets in flight or staged, both
+    /// directions. Readers wait while it is reached. Embedders with a memory ceiling (an iOS
+    /// network extension) lower it; 0 is unbounded. Default [`DEFAULT_MEMORY_BUDGET`].
+    pub memory_budget: usize,
     /// How the data-path threads are marked while the device carries bulk traffic (the daemon
     /// passes `SCHED_BATCH` on Linux; see [`crate::sched`]). `None`: left alone.
     pub scheduling: Option<Arc<dyn crate::sched::Scheduling>>,
@@ -73,8 +71,7 @@ impl Default for Options {
         Options {
             clock: crate::clock::default_clock(),
             workers: 0,
-            receive_pool_bytes: DEFAULT_RECEIVE_POOL_BYTES,
-            send_pool_bytes: DEFAULT_SEND_POOL_BYTES,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
             scheduling: None,
             datagram_yield: true,
         }
@@ -95,15 +92,11 @@ impl Options {
         self
     }
 
-    /// Cap on receive buffers in bytes (never below a few batches per reader).
-    pub fn with_receive_pool_bytes(mut self, bytes: usize) -> Self {
-        self.receive_pool_bytes = bytes;
-        self
-    }
-
-    /// Cap on transmit buffers in bytes (never below a few batches).
-    pub fn with_send_pool_bytes(mut self, bytes: usize) -> Self {
-        self.send_pool_bytes = bytes;
+    /// Cap in bytes on the device's packet memory, both directions and every reader (0:
+    /// unbounded; never below what the TUN reader and two socket readers need at once). See
+    /// [`Options::memory_budget`].
+    pub fn with_memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = bytes;
         self
     }
 
@@ -196,8 +189,8 @@ pub(crate) struct DeviceInner {
     crypto_rx: Receiver<Job>,
     pub(crate) handshake_tx: Sender<Option<HandshakeJob>>,
     pub(crate) handshake_rx: Receiver<Option<HandshakeJob>>,
-    pub(crate) out_pool: Arc<BufferPool>,
-    pub(crate) in_pool: Arc<BufferPool>,
+    /// Every packet's memory, both directions, under the one cap.
+    pub(crate) pool: Arc<Pool>,
     pub(crate) mtu: AtomicUsize,
     pub(crate) batch_size: usize,
     pub(crate) rate_limiter: Mutex<RateLimiter>,
@@ -214,8 +207,9 @@ pub(crate) struct DeviceInner {
     /// Whether the starter accepts new receive functions (false while the bind closes).
     accepting_readers: AtomicBool,
     pub(crate) readers_started: AtomicUsize,
-    /// Receive buffers the running readers keep in hand (a batch each).
-    reader_buffers: Arc<AtomicUsize>,
+    /// Bytes readers hold while they wait for data: a slab each for receive functions that
+    /// cannot wait without one (see `receive_routine`); 0 with the binds of this repository.
+    pub(crate) idle_slabs: AtomicUsize,
     closed: (Mutex<bool>, Condvar),
     /// Dropped by `close`: wakes threads that wait on something the device does not own (the
     /// TUN's event channel), so a TUN that never disconnects it cannot hang `close`.
@@ -287,10 +281,7 @@ impl Device {
             crypto_rx,
             handshake_tx,
             handshake_rx,
-            // Every reader keeps a full batch of buffers in hand: the caps never go below a few
-            // batches, or readers could wait on each other forever.
-            out_pool: BufferPool::with_byte_cap(opts.send_pool_bytes, 4 * batch_size),
-            in_pool: BufferPool::with_byte_cap(opts.receive_pool_bytes, 4 * batch_size),
+            pool: Pool::new(opts.memory_budget),
             mtu: AtomicUsize::new(mtu),
             batch_size,
             rate_limiter: Mutex::new(RateLimiter::new()),
@@ -303,11 +294,12 @@ impl Device {
             readers: Mutex::new(Vec::new()),
             accepting_readers: AtomicBool::new(false),
             readers_started: AtomicUsize::new(0),
-            reader_buffers: Arc::new(AtomicUsize::new(0)),
+            idle_slabs: AtomicUsize::new(0),
             closed: (Mutex::new(false), Condvar::new()),
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
             shutdown_rx,
         });
+        inner.set_memory_floor();
         inner.start_threads();
         Device { inner }
     }
@@ -418,6 +410,12 @@ impl Device {
         self.inner.peers.read().by_key.get(key).cloned()
     }
 
+    /// The device's packet memory: its cap, what is allocated, the peak, and how often readers
+    /// waited for it.
+    pub fn memory(&self) -> crate::pool::MemoryUse {
+        self.inner.pool.memory_use()
+    }
+
     /// Receive threads started through the [`ReceiveFuncStarter`] (connected sockets) so far.
     pub fn started_readers(&self) -> usize {
         self.inner.readers_started.load(Ordering::Relaxed)
@@ -488,6 +486,25 @@ impl DeviceInner {
 
     pub(crate) fn mtu(&self) -> usize {
         self.mtu.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the memory cap at least what the readers need at once to make progress: the TUN
+    /// reader's slab (kept while it waits) and two socket readers' (an embedder's budget below
+    /// that would stall a direction for good). Set again when the MTU changes.
+    fn set_memory_floor(&self) {
+        let socket = Layout::for_batch(self.bind.batch_size().max(1), self.mtu());
+        self.pool
+            .set_floor(self.tun_layout().len() + 2 * socket.len());
+    }
+
+    /// The TUN reader's slab at the current MTU: plain slots (the TUN splits super-packets
+    /// through its own scratch), no run heads.
+    pub(crate) fn tun_layout(&self) -> Layout {
+        Layout {
+            slots: self.batch_size,
+            slot: crate::pool::slot_size(self.mtu()),
+            runs: false,
+        }
     }
 
     pub(crate) fn peer_list(&self) -> Vec<Arc<Peer>> {
@@ -715,12 +732,7 @@ impl DeviceInner {
 
     fn spawn_reader(self: &Arc<Self>, f: ReceiveFunc, batch: usize) {
         let d = self.clone();
-        let held = self.reader_buffers.clone();
-        held.fetch_add(batch, Ordering::AcqRel);
-        let t = spawn("receive", move || {
-            d.receive_routine(f, batch);
-            held.fetch_sub(batch, Ordering::AcqRel);
-        });
+        let t = spawn("receive", move || d.receive_routine(f, batch));
         let mut readers = self.readers.lock();
         // Connected sockets come and go: forget readers that already ended.
         readers.retain(|r| !r.is_finished());
@@ -835,21 +847,20 @@ impl ReceiveFuncStarter for Starter {
         if !dev.accepting_readers.load(Ordering::Acquire) || dev.is_closed() {
             return false;
         }
-        // Every reader keeps a batch of receive buffers in hand, and while it sorts a batch it
-        // may hold up to another batch of packets not yet handed on, waiting for buffers to
-        // replace them. Refuse a reader whose two batches the capped pool cannot cover next
-        // to the others': readers could otherwise hold every buffer and wait on each other
-        // forever. The bind then keeps that traffic on its shared socket.
-        let cap = dev.in_pool.max();
-        let held = dev.reader_buffers.load(Ordering::Acquire);
-        if cap != 0 && 2 * (held + batch_size.max(1)) > cap {
-            tracing::debug!(device = %dev.name, held, cap, "receive pool full: reader refused");
+        // A reader holds no memory while it waits for data and waits for the pool holding
+        // none, so readers cannot starve each other for good: any number is admitted as long
+        // as the readers that must wait with a slab in hand (receive functions that cannot
+        // wait without one) leave half the cap to the others. `buf_size` is the largest
+        // datagram the reader may return: run heads hold it (`pool::Layout`).
+        let _ = buf_size;
+        let cap = dev.pool.max();
+        let idle = dev.idle_slabs.load(Ordering::Acquire);
+        let slab = Layout::for_batch(batch_size, dev.mtu()).len();
+        if cap != 0 && 2 * (idle + slab) > cap {
+            tracing::debug!(device = %dev.name, idle, cap, "packet memory held by idle readers: reader refused");
             return false;
         }
         dev.readers_started.fetch_add(1, Ordering::Relaxed);
-        // Device buffers are `BUFFER_SIZE` each, larger than any datagram, so every `buf_size`
-        // a bind can name is met.
-        let _ = buf_size;
         dev.spawn_reader(f, batch_size.max(1));
         true
     }
@@ -877,6 +888,7 @@ fn tun_event_reader(
                 if let Ok(m) = d.tun.mtu() {
                     let m = (m as usize).min(MAX_CONTENT_SIZE);
                     d.mtu.store(m, Ordering::Relaxed);
+                    d.set_memory_floor();
                 }
             }
             vpn_tun::Event::Up => {

@@ -27,7 +27,8 @@ pub mod uapi;
 
 pub(crate) use device::DeviceInner;
 pub(crate) use device::Job;
-pub use device::{Device, Logger, Options, DEFAULT_RECEIVE_POOL_BYTES, DEFAULT_SEND_POOL_BYTES};
+pub use device::{Device, Logger, Options, DEFAULT_MEMORY_BUDGET};
 pub use peer::Peer;
+pub use pool::MemoryUse;
 pub use stats::Stats;
 pub use uapi::IpcError;

@@ -2,6 +2,7 @@
 
 use crate::batch::{Elem, Elems, Ordered};
 use crate::keypair::{DevKeypair, Keypairs};
+use crate::pool::{PacketBuf, HEADROOM};
 use crate::timers::{PeerTimers, TimerKind};
 use crate::DeviceInner;
 use parking_lot::Mutex;
@@ -10,6 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use vpn_conn::Endpoint;
+
+/// Bytes of a keepalive's buffer: headroom, no payload, the header and the tag.
+const KEEPALIVE_BUF: usize = 64;
 use vpn_proto::consts::{
     KEEPALIVE_TIMEOUT, QUEUE_STAGED_SIZE, REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME,
     REKEY_AFTER_MESSAGES, REKEY_AFTER_TIME, REKEY_TIMEOUT, REKEY_TIMEOUT_JITTER_MAX,
@@ -300,7 +304,7 @@ impl Peer {
             return;
         }
         let Some(kp) = self.sending_keypair(&dev) else {
-            if !self.staged.lock().is_empty() {
+            if self.compact_staged(&dev) {
                 dev.send_handshake_initiation(self, false);
             }
             return;
@@ -320,7 +324,7 @@ impl Peer {
             if first.saturating_add(n) > REJECT_AFTER_MESSAGES {
                 // Counters past the limit may never be used: re-stage those packets.
                 let keep = REJECT_AFTER_MESSAGES.saturating_sub(first).min(n) as usize;
-                let mut rest = Elems::new(&dev.out_pool, batch.len() - keep);
+                let mut rest = Elems::new(&dev.pool, batch.len() - keep);
                 rest.v.extend(batch.v.drain(keep..));
                 overflow = Some(rest);
                 need_handshake = true;
@@ -348,6 +352,31 @@ impl Peer {
         }
     }
 
+    /// Copies staged packets still in their slabs into buffers of their own (charged to the
+    /// pool; dropped if it is full), so that packets waiting for a handshake pin no slab and
+    /// the readers' slabs keep coming back. Returns whether anything is staged.
+    fn compact_staged(&self, dev: &DeviceInner) -> bool {
+        let mut staged = self.staged.lock();
+        for batch in staged.iter_mut() {
+            batch.v.retain_mut(|e| {
+                if !e.buf.in_slab() {
+                    return true;
+                }
+                // Room to seal in place: headroom, the packet, padding and the tag.
+                let room = (HEADROOM + e.len + 32).next_multiple_of(16);
+                match e.buf.compact(HEADROOM + e.len, room, &dev.pool) {
+                    Some(b) => {
+                        e.buf = b;
+                        true
+                    }
+                    None => false,
+                }
+            });
+        }
+        staged.retain(|b| !b.is_empty());
+        !staged.is_empty()
+    }
+
     /// Sends a keepalive (an empty transport message), which also flushes staged packets.
     pub(crate) fn send_keepalive(self: &Arc<Self>) {
         let Some(dev) = self.dev() else { return };
@@ -355,10 +384,9 @@ impl Peer {
             return;
         }
         {
-            // The buffer is taken before the lock: taking one may wait for the pool, and
-            // nobody may wait while holding a lock the pipeline needs to give buffers back.
-            let mut e = Elems::new(&dev.out_pool, 1);
-            e.v.push(Elem::new(dev.out_pool.get(), 0));
+            // A small buffer of its own: a keepalive never waits for the pool.
+            let mut e = Elems::new(&dev.pool, 1);
+            e.v.push(Elem::new(PacketBuf::owned(KEEPALIVE_BUF), 0));
             let mut staged = self.staged.lock();
             if staged.is_empty() {
                 staged.push_back(e);

@@ -1,193 +1,332 @@
-//! Bounded, reusable packet buffers.
+//! Packet memory: slabs under one cap.
 //!
-//! Every packet lives in a buffer of [`BUFFER_SIZE`] bytes from a pool: large enough for the
-//! biggest datagram plus headroom, so that decryption and encryption work in place and a TUN
-//! super-packet or a UDP GRO run can be read straight into one. A pool may be capped, and a
-//! taker then waits (it never allocates around the cap) until buffers come back.
+//! A reader takes one **slab** per read and lays the batch into it at a stride (a [`Layout`]):
+//! slots sized for the MTU, and on a batch of 64 or more the first slot of every run of 64
+//! large enough for a whole UDP datagram (a GRO super-datagram is read there and its segments
+//! split into the run's other slots; a TUN super-packet is split through the TUN's own
+//! scratch). The packets it hands on are carved out of the slab as [`PacketBuf`]s: each owns
+//! its slot, is opened or sealed in place on any worker, and the slab goes back to the pool
+//! when the last of them is dropped (the slab's reference count; see [`Carver`]). Nothing is
+//! copied to hand a packet on, and a 64-byte datagram costs a 2 KiB slot, not 64 KiB.
 //!
-//! The free list is a stack: the buffer taken next is the one returned last, still in cache and
-//! in the TLB. A FIFO queue hands out the least recently used buffer instead, so on a quiet
-//! tunnel every packet touched cold memory (see `docs/design-notes.md`, "Buffer pool order").
+//! One [`Pool`] serves the whole device, both directions and every reader, under one cap in
+//! bytes. A taker that would pass the cap waits (it never allocates around it) until slabs
+//! come back; it holds no slab while it waits, and nobody waits while holding a slab, so an
+//! exhausted pool only slows the readers down. Free slabs are reused newest first (still in
+//! cache); a slab of a size nobody asks for any more (the MTU changed) is freed to make room.
+//!
+//! Packets that must outlive their batch by long (staged for a handshake) are copied out of
+//! their slab into a buffer of their own size, charged against the same cap
+//! ([`Pool::try_charge`]), so one waiting peer cannot pin whole slabs.
 
 use crate::batch::Elem;
+use bytes::BytesMut;
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use vpn_proto::consts::MAX_MESSAGE_SIZE;
+use std::time::Duration;
 
 /// Headroom in front of every packet: room for the 16-byte transport header on the way out and
 /// the 10-byte virtio header on the way in.
 pub const HEADROOM: usize = 16;
 
-/// Size of each pooled buffer: headroom, the largest message, and slack for padding and the tag.
-pub const BUFFER_SIZE: usize = HEADROOM + MAX_MESSAGE_SIZE + 64;
+/// Default cap on the device's packet memory, in bytes (both directions, every reader).
+pub const DEFAULT_MEMORY_BUDGET: usize = 32 << 20;
 
-/// Spare buffers an unbounded pool keeps.
-const UNBOUNDED_FREE: usize = 4096;
+/// The smallest slot: a whole datagram of any tunnel MTU up to about 2000 (a peer may use a
+/// larger MTU than ours).
+pub const MIN_SLOT: usize = 2048;
+
+/// The slot at the head of each run: the largest UDP datagram (a GRO super-datagram), rounded.
+pub const RUN_HEAD_SLOT: usize = 65_536;
+
+/// Slots per run (a GRO read's most segments, `UDP_GRO_CNT_MAX`).
+pub const RUN: usize = 64;
+
+/// Spare slabs an unbounded pool keeps.
+const UNBOUNDED_FREE: usize = 64;
 
 /// Spare packet lists (`Elems` vectors) a pool keeps for reuse.
 const SPARE_ELEM_LISTS: usize = 64;
 
-/// A pool of packet buffers with an optional cap on how many exist at once.
-pub struct BufferPool {
-    /// Free buffers, most recently returned last. Capacity reserved up front, so taking and
-    /// returning never allocates; an unbounded pool keeps at most `UNBOUNDED_FREE` spare buffers
-    /// and frees the rest. The lock is held for one push or pop, or one batch's drain.
-    free: Mutex<Vec<Box<[u8]>>>,
+/// The backstop of a wait for a returned slab.
+const WAIT_BACKSTOP: Duration = Duration::from_millis(50);
+
+/// The slot size for `mtu`: headroom, the packet, the padding and the tag, rounded up to a
+/// cache line, at least [`MIN_SLOT`].
+pub fn slot_size(mtu: usize) -> usize {
+    (HEADROOM + mtu + 32).next_multiple_of(64).max(MIN_SLOT)
+}
+
+/// Where the slots of a slab lie: `slots` slots of `slot` bytes, except that with `runs` the
+/// first slot of every run of [`RUN`] has [`RUN_HEAD_SLOT`] bytes (when that is larger).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Slots in the slab (the batch).
+    pub slots: usize,
+    /// Bytes of an ordinary slot.
+    pub slot: usize,
+    /// Run heads are large.
+    pub runs: bool,
+}
+
+impl Layout {
+    /// The layout for a batch of `batch` at `mtu`: runs with large heads when the batch has
+    /// room for a GRO read's run (64 slots or more).
+    pub fn for_batch(batch: usize, mtu: usize) -> Layout {
+        Layout {
+            slots: batch.max(1),
+            slot: slot_size(mtu),
+            runs: batch >= RUN,
+        }
+    }
+
+    fn head(&self) -> usize {
+        if self.runs {
+            RUN_HEAD_SLOT.max(self.slot)
+        } else {
+            self.slot
+        }
+    }
+
+    /// Run heads before slot `i`.
+    fn heads_before(&self, i: usize) -> usize {
+        if self.runs {
+            i.div_ceil(RUN)
+        } else {
+            0
+        }
+    }
+
+    /// Where slot `i` starts.
+    pub fn offset(&self, i: usize) -> usize {
+        i * self.slot + self.heads_before(i) * (self.head() - self.slot)
+    }
+
+    /// Bytes of slot `i`.
+    pub fn slot_len(&self, i: usize) -> usize {
+        if self.runs && i % RUN == 0 {
+            self.head()
+        } else {
+            self.slot
+        }
+    }
+
+    /// The `len` bytes at `headroom` into slot `i` of `slab`, if they fit the slot.
+    pub fn packet<'a>(
+        &self,
+        slab: &'a [u8],
+        i: usize,
+        headroom: usize,
+        len: usize,
+    ) -> Option<&'a [u8]> {
+        if i >= self.slots || headroom + len > self.slot_len(i) {
+            return None;
+        }
+        let at = self.offset(i) + headroom;
+        slab.get(at..at + len)
+    }
+
+    /// Bytes of the whole slab.
+    pub fn len(&self) -> usize {
+        self.offset(self.slots)
+    }
+
+    /// Whether the slab has no bytes (never: a layout has at least one slot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Cuts `slab` into its slots, appended to `out` (the view a reader passes to a read).
+    pub fn slices<'a>(&self, slab: &'a mut [u8], out: &mut Vec<&'a mut [u8]>) {
+        let mut rest = slab;
+        for i in 0..self.slots {
+            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(self.slot_len(i));
+            out.push(slot);
+            rest = tail;
+        }
+    }
+}
+
+struct Free {
+    /// Free slabs (whole, full length), most recently returned last.
+    slabs: Vec<BytesMut>,
+    /// Bytes in existence: free and handed-out slabs plus charged buffers.
+    allocated: usize,
+    /// The most `allocated` has been.
+    peak: usize,
+}
+
+/// How much packet memory a pool holds (see `Device::memory`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// The cap in bytes (0: none); at least the floor the device needs to make progress.
+    pub budget: usize,
+    /// Bytes allocated now (free and handed-out slabs, copies of staged packets).
+    pub allocated: usize,
+    /// The most bytes allocated at once so far.
+    pub peak: usize,
+    /// Times a reader waited for memory (the cap was reached).
+    pub waits: u64,
+}
+
+/// The device's packet memory: slabs under a cap in bytes (see the module docs).
+pub struct Pool {
+    free: Mutex<Free>,
+    /// Cap on `allocated` (0: none).
+    max: usize,
+    /// The least the cap may be: the device's readers must fit together (see `set_floor`).
+    floor: AtomicUsize,
+    /// Times a taker waited.
+    waits: AtomicU64,
+    /// Takers waiting for memory: a return only touches the condvar when non-zero.
+    waiters: AtomicUsize,
+    cond: Condvar,
     /// Emptied packet lists of this pool's batches, for the next batches.
     elem_lists: Mutex<Vec<Vec<Elem>>>,
-    /// Buffers handed out and not yet returned.
-    outstanding: AtomicUsize,
-    /// Cap on `outstanding` (0: none).
-    max: usize,
-    /// Takers waiting for a return: `put` only touches the lock and condvar when non-zero.
-    waiters: AtomicUsize,
-    lock: Mutex<()>,
-    cond: Condvar,
 }
 
-/// A new zeroed buffer, for a pool with no spare one.
-fn new_buffer() -> Box<[u8]> {
-    vec![0u8; BUFFER_SIZE].into_boxed_slice()
-}
-
-impl BufferPool {
-    /// A pool holding at most `max` buffers at once (0: unbounded).
-    pub fn new(max: usize) -> Arc<BufferPool> {
-        Arc::new(BufferPool {
-            free: Mutex::new(Vec::with_capacity(Self::keep_for(max))),
-            elem_lists: Mutex::new(Vec::with_capacity(SPARE_ELEM_LISTS)),
-            outstanding: AtomicUsize::new(0),
+impl Pool {
+    /// A pool of at most `max` bytes (0: unbounded).
+    pub fn new(max: usize) -> Arc<Pool> {
+        Arc::new(Pool {
+            free: Mutex::new(Free {
+                slabs: Vec::new(),
+                allocated: 0,
+                peak: 0,
+            }),
             max,
+            floor: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
             waiters: AtomicUsize::new(0),
-            lock: Mutex::new(()),
             cond: Condvar::new(),
+            elem_lists: Mutex::new(Vec::with_capacity(SPARE_ELEM_LISTS)),
         })
     }
 
-    /// A pool capped at `bytes` worth of buffers (at least one batch).
-    pub fn with_byte_cap(bytes: usize, min_buffers: usize) -> Arc<BufferPool> {
-        Self::new((bytes / BUFFER_SIZE).max(min_buffers))
-    }
-
-    /// The cap (0: unbounded).
+    /// The cap in bytes (0: unbounded), raised to the floor.
     pub fn max(&self) -> usize {
-        self.max
+        match self.max {
+            0 => 0,
+            max => max.max(self.floor.load(Ordering::Relaxed)),
+        }
     }
 
-    /// Buffers currently handed out.
+    /// Raises the cap to at least `bytes` (0 leaves an unbounded pool unbounded). The device
+    /// sets it to what its readers need at once to make progress: the TUN reader keeps its
+    /// slab while it waits, and a socket reader needs one of its own next to it.
+    pub fn set_floor(&self, bytes: usize) {
+        self.floor.store(bytes, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// What the pool holds now, its peak and how often takers waited.
+    pub fn memory_use(&self) -> MemoryUse {
+        let f = self.free.lock();
+        MemoryUse {
+            budget: self.max(),
+            allocated: f.allocated,
+            peak: f.peak,
+            waits: self.waits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Bytes in existence (free and handed-out slabs, charged buffers).
+    pub fn allocated(&self) -> usize {
+        self.free.lock().allocated
+    }
+
+    /// Bytes handed out (not free).
     pub fn outstanding(&self) -> usize {
-        self.outstanding.load(Ordering::Acquire)
+        let f = self.free.lock();
+        f.allocated - f.slabs.iter().map(|s| s.len()).sum::<usize>()
     }
 
-    /// Takes a buffer, waiting while the pool is at its cap.
-    pub fn get(&self) -> Box<[u8]> {
-        self.reserve(1);
-        let spare = self.free.lock().pop();
-        spare.unwrap_or_else(new_buffer)
+    /// Takers waiting for memory now.
+    pub fn waiting(&self) -> usize {
+        self.waiters.load(Ordering::Acquire)
     }
 
-    /// Takes `n` buffers into `out`, waiting while the pool is at its cap, as `get` does. A
-    /// reader replaces a whole batch's buffers at once: one count update and one lock for all
-    /// of them rather than per packet (per packet it was 2.6 % of the sending thread).
-    ///
-    /// `out.pop()` then hands them out in `get`'s order: the most recently returned spare
-    /// first, fresh allocations last. The caller must not already hold so many buffers that
-    /// `n` more exceed the cap: it would wait for its own.
-    pub fn get_into(&self, n: usize, out: &mut Vec<Box<[u8]>>) {
-        let mut left = n;
-        while left > 0 {
-            let k = self.reserve(left);
-            let start = out.len();
-            let spares = {
-                let mut free = self.free.lock();
-                let from = free.len() - free.len().min(k);
-                out.extend(free.drain(from..));
-                out.len() - start
-            };
-            // Allocate the shortfall with no lock held, in front of the spares so that they
-            // are popped first (the newest spare is on top).
-            out.resize_with(start + k, new_buffer);
-            out[start..].rotate_right(k - spares);
-            left -= k;
-        }
-    }
-
-    /// Counts between 1 and `want` buffers as handed out, waiting while none may be: returns
-    /// how many. Never more than the cap, so a large `want` is served in parts as buffers
-    /// come back.
-    fn reserve(&self, want: usize) -> usize {
-        debug_assert!(want > 0, "reserve(0) would wait at the cap for nothing");
-        if self.max == 0 {
-            self.outstanding.fetch_add(want, Ordering::AcqRel);
-            return want;
-        }
-        let mut cur = self.outstanding.load(Ordering::Acquire);
+    /// Whether `len` more bytes fit under the cap, freeing spare slabs (oldest first) to make
+    /// room; counts them as allocated if so.
+    fn admit(&self, f: &mut Free, len: usize) -> bool {
+        let max = self.max();
         loop {
-            if cur >= self.max {
-                self.wait_for_return();
-                cur = self.outstanding.load(Ordering::Acquire);
-                continue;
+            if max == 0 || f.allocated + len <= max {
+                f.allocated += len;
+                f.peak = f.peak.max(f.allocated);
+                return true;
             }
-            let take = want.min(self.max - cur);
-            match self.outstanding.compare_exchange_weak(
-                cur,
-                cur + take,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return take,
-                Err(c) => cur = c,
+            if f.slabs.is_empty() {
+                return false;
             }
+            let old = f.slabs.remove(0);
+            f.allocated -= old.len();
         }
     }
 
-    /// Returns a buffer.
-    pub fn put(&self, buf: Box<[u8]>) {
-        self.put_all(std::iter::once(buf));
-    }
-
-    /// Returns buffers (a batch's): one lock and one count update for all of them.
-    pub fn put_all(&self, bufs: impl Iterator<Item = Box<[u8]>>) {
-        let mut n = 0;
-        {
-            let mut free = self.free.lock();
-            let keep = self.keep();
-            for buf in bufs {
-                n += 1;
-                // Full only for an unbounded pool with more spares than it keeps: free this one.
-                if free.len() < keep {
-                    free.push(buf);
+    /// Takes a slab of at least `len` bytes (a spare larger one is reused rather than freed and
+    /// allocated again: churning the allocator at the cap grew the process far past the cap),
+    /// waiting while the cap leaves no room. A slab larger than the whole cap is served once
+    /// nothing else is allocated, so no taker waits forever.
+    pub fn take(&self, len: usize) -> BytesMut {
+        let mut f = self.free.lock();
+        loop {
+            if let Some(i) = fitting(&f.slabs, len) {
+                return f.slabs.remove(i);
+            }
+            // Past the cap only when nothing else is allocated (`admit` freed the spares).
+            if self.admit(&mut f, len) || f.allocated == 0 {
+                if f.allocated == 0 {
+                    f.allocated = len;
+                    f.peak = f.peak.max(len);
                 }
+                drop(f);
+                return BytesMut::zeroed(len);
             }
-        }
-        if n == 0 {
-            return;
-        }
-        let out = self
-            .outstanding
-            .fetch_sub(n, Ordering::AcqRel)
-            .saturating_sub(n);
-        // Wake waiters only once a useful number of buffers is free: a reader refills a whole
-        // batch, and waking it per returned buffer costs a context switch per packet.
-        if self.waiters.load(Ordering::Acquire) > 0
-            && self.max.saturating_sub(out) >= self.wake_batch()
-        {
-            let _g = self.lock.lock();
-            self.cond.notify_all();
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            self.waiters.fetch_add(1, Ordering::AcqRel);
+            self.cond.wait_for(&mut f, WAIT_BACKSTOP);
+            self.waiters.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
-    /// Spare buffers kept at most: the cap, or `UNBOUNDED_FREE` for an unbounded pool.
-    fn keep(&self) -> usize {
-        Self::keep_for(self.max)
+    /// Returns a whole slab, as taken.
+    pub fn put(&self, slab: BytesMut) {
+        let len = slab.len();
+        self.put_joined(slab, len);
     }
 
-    fn keep_for(max: usize) -> usize {
-        if max == 0 {
-            UNBOUNDED_FREE
+    /// Returns a slab of `len` bytes put back together; one that came back shorter (a packet
+    /// was leaked) is freed instead.
+    fn put_joined(&self, slab: BytesMut, len: usize) {
+        let mut f = self.free.lock();
+        if slab.len() == len && (self.max != 0 || f.slabs.len() < UNBOUNDED_FREE) {
+            f.slabs.push(slab);
         } else {
-            max
+            f.allocated -= len;
+            drop(slab);
+        }
+        drop(f);
+        self.wake();
+    }
+
+    /// Counts `len` bytes of a buffer outside any slab against the cap, without waiting:
+    /// false if they do not fit.
+    pub fn try_charge(&self, len: usize) -> bool {
+        self.admit(&mut self.free.lock(), len)
+    }
+
+    /// Gives back what [`try_charge`](Self::try_charge) counted.
+    pub fn uncharge(&self, len: usize) {
+        self.free.lock().allocated -= len;
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            self.cond.notify_all();
         }
     }
 
@@ -207,116 +346,363 @@ impl BufferPool {
             lists.push(v);
         }
     }
+}
 
-    /// Free buffers that make waking waiters worthwhile.
-    fn wake_batch(&self) -> usize {
-        (self.max / 16).clamp(1, 64)
+/// The spare slab to reuse for `len` bytes: the smallest that holds them, the newest of those.
+fn fitting(slabs: &[BytesMut], len: usize) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, s) in slabs.iter().enumerate() {
+        if s.len() >= len && best.is_none_or(|b| s.len() <= slabs[b].len()) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// Where a packet buffer goes when it is dropped.
+enum Home {
+    /// Nowhere: freed (a reader's whole slab lent for a moment, a keepalive).
+    Own,
+    /// Back into its slab (the slab returns to the pool with its last packet).
+    Slab(Arc<SlabHome>),
+    /// Freed, and its bytes uncharged from the pool.
+    Charged(Arc<Pool>),
+}
+
+/// One packet's memory: a slot carved out of a slab, or a buffer of its own.
+pub struct PacketBuf {
+    data: BytesMut,
+    home: Home,
+}
+
+impl PacketBuf {
+    /// A buffer of `len` zeroed bytes outside any slab and cap (small, rare packets).
+    pub fn owned(len: usize) -> PacketBuf {
+        PacketBuf {
+            data: BytesMut::zeroed(len),
+            home: Home::Own,
+        }
     }
 
-    fn wait_for_return(&self) {
-        let mut g = self.lock.lock();
-        self.waiters.fetch_add(1, Ordering::AcqRel);
-        // Re-check after registering: a `put` that ran before saw no waiter and did not notify.
-        // A `put` racing with this check notifies under the lock, which we hold until we wait.
-        if self.outstanding.load(Ordering::Acquire) >= self.max {
-            self.cond
-                .wait_for(&mut g, std::time::Duration::from_millis(50));
+    /// Lends a reader's whole slab as one packet buffer; [`into_slab`](Self::into_slab) gives
+    /// it back.
+    pub(crate) fn lend(slab: BytesMut) -> PacketBuf {
+        PacketBuf {
+            data: slab,
+            home: Home::Own,
         }
-        self.waiters.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The memory of a lent slab, back.
+    pub(crate) fn into_slab(mut self) -> BytesMut {
+        std::mem::take(&mut self.data)
+    }
+
+    /// A copy of `self[..used]` in a buffer of its own of `room` bytes (at least `used`),
+    /// charged to `pool`; `None` if the cap has no room.
+    pub(crate) fn compact(&self, used: usize, room: usize, pool: &Arc<Pool>) -> Option<PacketBuf> {
+        let src = self.data.get(..used)?;
+        let room = room.max(used);
+        if !pool.try_charge(room) {
+            return None;
+        }
+        let mut data = BytesMut::zeroed(room);
+        data[..used].copy_from_slice(src);
+        Some(PacketBuf {
+            data,
+            home: Home::Charged(pool.clone()),
+        })
+    }
+
+    /// Whether this buffer lives in a slab (and keeps the slab from going back).
+    pub(crate) fn in_slab(&self) -> bool {
+        matches!(self.home, Home::Slab(_))
+    }
+}
+
+impl Default for PacketBuf {
+    fn default() -> Self {
+        PacketBuf {
+            data: BytesMut::new(),
+            home: Home::Own,
+        }
+    }
+}
+
+impl Deref for PacketBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl DerefMut for PacketBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+}
+
+impl Drop for PacketBuf {
+    fn drop(&mut self) {
+        match &self.home {
+            Home::Own => {}
+            Home::Slab(h) => h.give_back(std::mem::take(&mut self.data)),
+            Home::Charged(p) => p.uncharge(self.data.len()),
+        }
+    }
+}
+
+/// A slab out of the pool, shared by the packets carved from it: dropped with the last of them
+/// (`Arc` is the reference count), it puts the pieces back together and returns the slab.
+struct SlabHome {
+    pool: Arc<Pool>,
+    /// Bytes of the whole slab.
+    len: usize,
+    /// Pieces given back so far (every piece is back once the last holder is gone).
+    pieces: Mutex<Vec<BytesMut>>,
+}
+
+impl SlabHome {
+    fn give_back(&self, piece: BytesMut) {
+        if !piece.is_empty() {
+            self.pieces.lock().push(piece);
+        }
+    }
+}
+
+impl Drop for SlabHome {
+    fn drop(&mut self) {
+        let mut pieces = std::mem::take(self.pieces.get_mut());
+        // The pieces were split off one slab in address order; put back in that order they
+        // join without a copy.
+        pieces.sort_unstable_by_key(|p| p.as_ptr() as usize);
+        let mut it = pieces.into_iter();
+        let Some(mut slab) = it.next() else {
+            self.pool.put_joined(BytesMut::new(), self.len);
+            return;
+        };
+        for p in it {
+            if slab.try_unsplit(p).is_err() {
+                // Not contiguous: a piece went missing. Free the slab.
+                self.pool.put_joined(BytesMut::new(), self.len);
+                return;
+            }
+        }
+        self.pool.put_joined(slab, self.len);
+    }
+}
+
+/// Carves the packets a reader hands on out of its slab, slot by slot in increasing order;
+/// the rest of the slab goes back into it when the carver is dropped.
+pub(crate) struct Carver {
+    home: Arc<SlabHome>,
+    rest: BytesMut,
+    layout: Layout,
+    /// Offset of `rest` in the slab.
+    at: usize,
+}
+
+impl Carver {
+    /// Starts carving `slab` (taken from `pool` for `layout`; it may be larger).
+    pub fn new(pool: &Arc<Pool>, slab: BytesMut, layout: Layout) -> Carver {
+        Carver {
+            home: Arc::new(SlabHome {
+                pool: pool.clone(),
+                len: slab.len(),
+                // A piece per slot at most (a slot or a gap before it) and the tail.
+                pieces: Mutex::new(Vec::with_capacity(layout.slots + 1)),
+            }),
+            rest: slab,
+            layout,
+            at: 0,
+        }
+    }
+
+    /// Slot `i` as a packet buffer. Slots must be taken in increasing order.
+    pub fn slot(&mut self, i: usize) -> PacketBuf {
+        let off = self.layout.offset(i);
+        debug_assert!(off >= self.at, "slots carved out of order");
+        let gap = off.saturating_sub(self.at).min(self.rest.len());
+        if gap > 0 {
+            let skipped = self.rest.split_to(gap);
+            self.home.give_back(skipped);
+        }
+        let len = self.layout.slot_len(i).min(self.rest.len());
+        self.at = off + len;
+        PacketBuf {
+            data: self.rest.split_to(len),
+            home: Home::Slab(self.home.clone()),
+        }
+    }
+}
+
+impl Drop for Carver {
+    fn drop(&mut self) {
+        self.home.give_back(std::mem::take(&mut self.rest));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
-    #[test]
-    fn cap_blocks_until_return() {
-        let pool = BufferPool::new(2);
-        let a = pool.get();
-        let _b = pool.get();
-        assert_eq!(pool.outstanding(), 2);
-        let p2 = pool.clone();
-        let t = std::thread::spawn(move || p2.get().len());
-        // The taker is seen waiting (not merely late to start), and is still waiting after a
-        // while: nothing but the return below can let it go.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pool.waiters.load(Ordering::Acquire) == 0 {
-            assert!(Instant::now() < deadline, "taker never waited");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(
-            !t.is_finished(),
-            "taker got a buffer from an exhausted pool"
-        );
-        pool.put(a);
-        let len = t.join().unwrap();
-        assert_eq!(len, BUFFER_SIZE);
-        assert_eq!(pool.outstanding(), 2);
+    fn layout(slots: usize) -> Layout {
+        Layout::for_batch(slots, 1420)
     }
 
     #[test]
-    fn buffers_are_reused() {
-        let pool = BufferPool::new(0);
-        let mut a = pool.get();
-        a[0] = 7;
-        pool.put(a);
-        assert_eq!(pool.get()[0], 7);
+    fn slots_are_sized_for_the_mtu_with_large_run_heads() {
+        assert_eq!(slot_size(1420), MIN_SLOT);
+        assert_eq!(slot_size(9000), 9088);
+        let l = layout(128);
+        assert!(l.runs);
+        assert_eq!(l.slot_len(0), RUN_HEAD_SLOT);
+        assert_eq!(l.slot_len(1), MIN_SLOT);
+        assert_eq!(l.slot_len(64), RUN_HEAD_SLOT);
+        assert_eq!(l.offset(1), RUN_HEAD_SLOT);
+        assert_eq!(l.offset(64), RUN_HEAD_SLOT + 63 * MIN_SLOT);
+        assert_eq!(l.len(), 2 * RUN_HEAD_SLOT + 126 * MIN_SLOT);
+        let small = layout(8);
+        assert!(!small.runs);
+        assert_eq!(small.len(), 8 * MIN_SLOT);
+        let mut slab = vec![0u8; l.len()];
+        let mut v = Vec::new();
+        l.slices(&mut slab, &mut v);
+        assert_eq!(v.len(), 128);
+        assert!((0..128).all(|i| v[i].len() == l.slot_len(i)));
     }
 
     #[test]
-    fn get_into_pops_like_get_newest_spare_first_then_fresh() {
-        let pool = BufferPool::new(0);
-        let mut held: Vec<_> = (0..3).map(|_| pool.get()).collect();
-        for (mark, b) in held.iter_mut().enumerate() {
-            b[0] = mark as u8 + 1;
-        }
-        // Returned 1, 2, 3: 3 is the newest spare.
-        pool.put_all(held.into_iter());
-        let mut out = Vec::new();
-        pool.get_into(2, &mut out);
-        assert_eq!(pool.outstanding(), 2);
-        assert_eq!(out.pop().unwrap()[0], 3, "newest spare first");
-        assert_eq!(out.pop().unwrap()[0], 2);
-        assert!(out.is_empty());
-        // More than the spares: the last spare first, then fresh (zeroed) buffers.
-        pool.get_into(3, &mut out);
-        let marks: Vec<u8> = std::iter::from_fn(|| out.pop()).map(|b| b[0]).collect();
-        assert_eq!(marks, vec![1, 0, 0]);
-        assert_eq!(pool.outstanding(), 5);
-    }
-
-    #[test]
-    fn get_into_past_the_cap_waits_for_returns() {
-        let pool = BufferPool::new(4);
-        let held: Vec<_> = (0..3).map(|_| pool.get()).collect();
-        let p2 = pool.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Wants 3 with 1 free: takes that one, then waits for the other two.
-        let t = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            p2.get_into(3, &mut out);
-            let _ = tx.send(out.len());
-        });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pool.waiters.load(Ordering::Acquire) == 0 {
-            assert!(Instant::now() < deadline, "taker never waited");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+    fn slab_returns_when_its_last_packet_is_dropped() {
+        let pool = Pool::new(0);
+        let l = layout(8);
+        let mut slab = pool.take(l.len());
+        slab[l.offset(3)] = 33;
+        let mut c = Carver::new(&pool, slab, l);
+        let a = c.slot(1);
+        let b = c.slot(3);
+        drop(c);
+        assert_eq!(b[0], 33);
+        assert_eq!(a.len(), l.slot);
+        assert_eq!(pool.outstanding(), l.len());
+        // Dropped on another thread, out of order.
+        std::thread::spawn(move || drop(b)).join().unwrap();
         assert_eq!(
             pool.outstanding(),
-            4,
-            "the free buffer was taken before waiting"
+            l.len(),
+            "one packet still holds the slab"
         );
-        assert!(!t.is_finished());
-        pool.put_all(held.into_iter());
-        let got = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("taker not released by the returns");
-        assert_eq!(got, 3);
-        t.join().unwrap();
-        assert_eq!(pool.outstanding(), 3);
+        drop(a);
+        assert_eq!(pool.outstanding(), 0);
+        // The same memory comes back whole, joined without a copy.
+        let again = pool.take(l.len());
+        assert_eq!(again.len(), l.len());
+        assert_eq!(again[l.offset(3)], 33);
+        assert_eq!(pool.allocated(), l.len());
+    }
+
+    #[test]
+    fn a_slab_with_no_packet_carved_goes_back_at_once() {
+        let pool = Pool::new(0);
+        let l = layout(4);
+        let slab = pool.take(l.len());
+        drop(Carver::new(&pool, slab, l));
+        assert_eq!(pool.outstanding(), 0);
+        assert_eq!(pool.allocated(), l.len());
+    }
+
+    #[test]
+    fn cap_blocks_until_a_slab_returns() {
+        let l = layout(4);
+        let pool = Pool::new(2 * l.len());
+        let a = pool.take(l.len());
+        let _b = pool.take(l.len());
+        let p2 = pool.clone();
+        let t = std::thread::spawn(move || p2.take(l.len()).len());
+        // The taker is seen waiting (not merely late to start).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.waiting() == 0 {
+            assert!(Instant::now() < deadline, "taker never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!t.is_finished(), "took a slab from an exhausted pool");
+        pool.put(a);
+        assert_eq!(t.join().unwrap(), l.len());
+        assert_eq!(pool.allocated(), 2 * l.len());
+    }
+
+    #[test]
+    fn spare_slabs_of_another_size_are_freed_to_make_room() {
+        let (small, large) = (layout(4), layout(8));
+        let pool = Pool::new(large.len());
+        let s = pool.take(small.len());
+        pool.put(s);
+        // No room for the large slab next to the spare small one: the spare goes.
+        let l = pool.take(large.len());
+        assert_eq!(l.len(), large.len());
+        assert_eq!(pool.allocated(), large.len());
+    }
+
+    #[test]
+    fn a_larger_spare_slab_serves_a_smaller_layout() {
+        let (small, large) = (layout(4), layout(8));
+        let pool = Pool::new(large.len());
+        let l = pool.take(large.len());
+        pool.put(l);
+        let mut s = pool.take(small.len());
+        assert_eq!(s.len(), large.len(), "the spare is reused, not freed");
+        let mut v = Vec::new();
+        small.slices(&mut s, &mut v);
+        assert_eq!(v.len(), 4);
+        drop(v);
+        let mut c = Carver::new(&pool, s, small);
+        let p = c.slot(3);
+        drop(c);
+        drop(p);
+        assert_eq!(pool.outstanding(), 0);
+        assert_eq!(pool.allocated(), large.len());
+    }
+
+    #[test]
+    fn charged_copies_count_against_the_cap_and_never_wait() {
+        let l = layout(4);
+        let pool = Pool::new(l.len());
+        let slab = pool.take(l.len());
+        let mut c = Carver::new(&pool, slab, l);
+        let p = c.slot(0);
+        drop(c);
+        assert!(p.compact(100, 100, &pool).is_none(), "the cap is full");
+        drop(p);
+        assert_eq!(pool.outstanding(), 0);
+        // The spare slab is freed to make room for a charged copy.
+        let owned = PacketBuf::owned(64);
+        let copy = owned.compact(16, 64, &pool).unwrap();
+        assert_eq!(pool.allocated(), 64);
+        drop(copy);
+        assert_eq!(pool.allocated(), 0);
+    }
+
+    #[test]
+    fn the_floor_raises_the_cap() {
+        let l = layout(4);
+        let pool = Pool::new(l.len());
+        let _a = pool.take(l.len());
+        pool.set_floor(2 * l.len());
+        let _b = pool.take(l.len());
+        let m = pool.memory_use();
+        assert_eq!(
+            (m.budget, m.allocated, m.peak, m.waits),
+            (2 * l.len(), 2 * l.len(), 2 * l.len(), 0)
+        );
+    }
+
+    #[test]
+    fn a_slab_larger_than_the_cap_is_served_alone() {
+        let pool = Pool::new(100);
+        let s = pool.take(1000);
+        assert_eq!(s.len(), 1000);
+        pool.put(s);
+        assert_eq!(pool.take(1000).len(), 1000);
     }
 }

@@ -6,9 +6,10 @@ use crate::device::HandshakeJob;
 use crate::index::LastIndex;
 use crate::keypair::DevKeypair;
 use crate::peer::Peer;
-use crate::pool::{BufferPool, HEADROOM};
+use crate::pool::{Carver, Layout, PacketBuf, Pool, HEADROOM};
 use crate::route::{BatchMemo, LastRoute};
 use crate::DeviceInner;
+use bytes::BytesMut;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -39,12 +40,7 @@ struct Group {
 }
 
 impl Group {
-    fn new(
-        peer: Arc<Peer>,
-        keypairs: Vec<Arc<DevKeypair>>,
-        pool: &Arc<BufferPool>,
-        cap: usize,
-    ) -> Self {
+    fn new(peer: Arc<Peer>, keypairs: Vec<Arc<DevKeypair>>, pool: &Arc<Pool>, cap: usize) -> Self {
         Group {
             peer,
             keypairs,
@@ -55,27 +51,49 @@ impl Group {
 
 impl DeviceInner {
     /// One receive routine per receive function (`RoutineReceiveIncoming`).
+    ///
+    /// Per read: wait until the socket has data, holding no memory (an idle reader costs the
+    /// pool nothing); take a slab and read the batch into its slots; carve the transport
+    /// messages handed on out of it (the slab returns with the last of them) and give the rest
+    /// back.
     pub(crate) fn receive_routine(self: &Arc<Self>, mut recv: ReceiveFunc, batch: usize) {
         let batch = batch.max(1);
-        let mut bufs: Vec<Box<[u8]>> = (0..batch).map(|_| self.in_pool.get()).collect();
-        // The per-call view of `bufs`, its allocation reused (see `recycle_slices`).
+        // The per-call view of the slab, its allocation reused (see `recycle_slices`).
         let mut spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
         let mut sizes = vec![0usize; batch];
         let mut eps = vec![Endpoint::default(); batch];
         let mut groups: Vec<Group> = Vec::new();
         // Per datagram of the batch: what to do with it.
         let mut acts: Vec<Act> = Vec::with_capacity(batch);
-        let mut fresh: Vec<Box<[u8]>> = Vec::with_capacity(batch);
         let mut errors = 0;
         // The last lone datagram's keypair lookup and inner-source check (see `LastIndex`,
         // `LastRoute`).
         let mut last_index = LastIndex::default();
         let mut last_src = LastRoute::default();
         let mut bulk = crate::sched::ThreadBulk::default();
+        // Whether the receive function waits for data when given no buffers (see
+        // `vpn_conn::ReceiveFunc`); one that cannot is read with a slab in hand.
+        let mut waits = true;
+        // Bytes this reader holds while it waits (a slab, if it cannot wait without one).
+        let mut held_idle = 0;
 
         loop {
+            if waits {
+                match recv(&mut [], &mut [], &mut []) {
+                    Ok(_) => {}
+                    Err(e) if is_err_closed(&e) => break,
+                    Err(e) => {
+                        tracing::debug!(device = %self.name, "receive function cannot wait for data, reading with a slab in hand: {e}");
+                        waits = false;
+                        held_idle = Layout::for_batch(batch, self.mtu()).len();
+                        self.idle_slabs.fetch_add(held_idle, Ordering::AcqRel);
+                    }
+                }
+            }
+            let layout = Layout::for_batch(batch, self.mtu());
+            let mut slab = self.pool.take(layout.len());
             let mut slices = recycle_slices(std::mem::take(&mut spare));
-            slices.extend(bufs.iter_mut().map(|b| &mut b[..]));
+            layout.slices(&mut slab, &mut slices);
             let res = recv(&mut slices, &mut sizes, &mut eps);
             spare = recycle_slices(slices);
             let n = match res {
@@ -83,8 +101,11 @@ impl DeviceInner {
                     errors = 0;
                     n.min(batch)
                 }
-                Err(e) if is_err_closed(&e) => break,
                 Err(e) => {
+                    self.pool.put(slab);
+                    if is_err_closed(&e) {
+                        break;
+                    }
                     errors += 1;
                     if errors > 10 || self.is_closed() {
                         tracing::error!(device = %self.name, "receive routine giving up: {e}");
@@ -105,18 +126,18 @@ impl DeviceInner {
             self.bulk.observe(&mut bulk, datagrams, || now);
             if n == 1
                 && self.receive_lone(
-                    &mut bufs[0],
+                    &mut slab,
                     sizes[0],
                     eps[0],
                     now,
                     (&mut last_index, &mut last_src),
                 )
             {
+                self.pool.put(slab);
                 continue;
             }
-            // Classify under the index's read lock; take replacement buffers only after it is
-            // released (taking one may wait for the pool, and a worker confirming a keypair
-            // needs the index's write lock before it can give buffers back).
+            // Classify under the index's read lock; carve packets out of the slab only after
+            // it is released.
             acts.clear();
             {
                 let index = self.index.read();
@@ -124,13 +145,14 @@ impl DeviceInner {
                 // bulk batch is one keypair's run, and under the read lock at one `now` the
                 // lookup would give the same answer.
                 let mut last: Option<(u32, Act)> = None;
-                for i in 0..n {
-                    let size = sizes[i];
-                    if size < TRANSPORT_MIN_SIZE || size > bufs[i].len() {
-                        acts.push(Act::Skip);
-                        continue;
-                    }
-                    let msg = &bufs[i][..size];
+                for (i, &size) in sizes[..n].iter().enumerate() {
+                    let msg = match layout.packet(&slab, i, 0, size) {
+                        Some(m) if size >= TRANSPORT_MIN_SIZE => m,
+                        _ => {
+                            acts.push(Act::Skip);
+                            continue;
+                        }
+                    };
                     let ty = u32::from_le_bytes([msg[0], msg[1], msg[2], msg[3]]);
                     let act = match ty {
                         MESSAGE_TRANSPORT => {
@@ -156,7 +178,7 @@ impl DeviceInner {
                                                     groups.push(Group::new(
                                                         peer,
                                                         Vec::with_capacity(2),
-                                                        &self.in_pool,
+                                                        &self.pool,
                                                         self.batch_size.min(batch),
                                                     ));
                                                     groups.len() - 1
@@ -216,72 +238,62 @@ impl DeviceInner {
                     acts.push(act);
                 }
             }
-            // Replacement buffers for the datagrams handed on, taken from the pool at once.
-            let handed = acts
-                .iter()
-                .filter(|a| matches!(a, Act::Transport { .. }))
-                .count();
-            self.in_pool.get_into(handed, &mut fresh);
+            // Handshakes are copied out: they are rare, and the slab must not wait for them.
             for (i, act) in acts.iter().enumerate() {
-                match *act {
-                    Act::Skip => {}
-                    Act::Transport { group, kp } => {
-                        let size = sizes[i];
-                        let m = &bufs[i];
-                        let counter = u64::from_le_bytes([
-                            m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15],
-                        ]);
-                        // One per packet handed on: never empty (the fallback guards a miscount).
-                        let new = fresh.pop().unwrap_or_else(|| self.in_pool.get());
-                        let buf = std::mem::replace(&mut bufs[i], new);
-                        let mut e = Elem::new(buf, size);
-                        e.counter = counter;
-                        e.ep = eps[i];
-                        e.kp = kp;
-                        let g = &mut groups[group];
-                        g.elems.v.push(e);
-                        // A started reader may return more than the device batch: hand over full
-                        // containers as they fill, so order is kept and no container exceeds the
-                        // batch the TUN writes at once.
-                        if g.elems.len() >= self.batch_size {
-                            let full = std::mem::replace(
-                                g,
-                                Group::new(
-                                    g.peer.clone(),
-                                    g.keypairs.clone(),
-                                    &self.in_pool,
-                                    self.batch_size,
-                                ),
-                            );
-                            self.submit_group(full);
-                        }
-                    }
-                    Act::Handshake => {
-                        // Copy out: handshakes are rare and the slot stays with the reader.
-                        let size = sizes[i];
-                        let job = HandshakeJob {
-                            buf: bufs[i][..size].to_vec().into_boxed_slice(),
-                            ep: eps[i],
-                        };
-                        if self.handshake_tx.try_send(Some(job)).is_err() {
-                            self.stats
-                                .drop_handshake_queue_full
-                                .fetch_add(1, Ordering::Relaxed);
-                        }
+                if matches!(act, Act::Handshake) {
+                    let msg = layout.packet(&slab, i, 0, sizes[i]).unwrap_or_default();
+                    let job = HandshakeJob {
+                        buf: msg.to_vec().into_boxed_slice(),
+                        ep: eps[i],
+                    };
+                    if self.handshake_tx.try_send(Some(job)).is_err() {
+                        self.stats
+                            .drop_handshake_queue_full
+                            .fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
-            debug_assert!(
-                fresh.is_empty(),
-                "a replacement buffer per datagram handed on"
-            );
+            if !acts.iter().any(|a| matches!(a, Act::Transport { .. })) {
+                self.pool.put(slab);
+                continue;
+            }
+            let mut carver = Carver::new(&self.pool, slab, layout);
+            for (i, act) in acts.iter().enumerate() {
+                let Act::Transport { group, kp } = *act else {
+                    continue;
+                };
+                let buf = carver.slot(i);
+                let counter = u64::from_le_bytes([
+                    buf[8], buf[9], buf[10], buf[11], buf[12], buf[13], buf[14], buf[15],
+                ]);
+                let mut e = Elem::new(buf, sizes[i]);
+                e.counter = counter;
+                e.ep = eps[i];
+                e.kp = kp;
+                let g = &mut groups[group];
+                g.elems.v.push(e);
+                // A started reader may return more than the device batch: hand over full
+                // containers as they fill, so order is kept and no container exceeds the
+                // batch the TUN writes at once.
+                if g.elems.len() >= self.batch_size {
+                    let full = std::mem::replace(
+                        g,
+                        Group::new(
+                            g.peer.clone(),
+                            g.keypairs.clone(),
+                            &self.pool,
+                            self.batch_size,
+                        ),
+                    );
+                    self.submit_group(full);
+                }
+            }
+            drop(carver);
             for g in groups.drain(..) {
                 self.submit_group(g);
             }
         }
-        for b in bufs {
-            self.in_pool.put(b);
-        }
+        self.idle_slabs.fetch_sub(held_idle, Ordering::AcqRel);
     }
 
     /// Queues one peer's packets for decryption and in-order delivery.
@@ -303,7 +315,7 @@ impl DeviceInner {
     /// the datagram must take the batch path (any other message, an unknown or expired index).
     fn receive_lone(
         &self,
-        buf: &mut Box<[u8]>,
+        buf: &mut BytesMut,
         size: usize,
         ep: Endpoint,
         now: vpn_proto::time::Instant,
@@ -330,14 +342,14 @@ impl DeviceInner {
                     .inbound_containers
                     .fetch_add(1, Ordering::Relaxed);
                 let kps = [kp];
-                let mut e = Elem::new(std::mem::take(buf), size);
+                let mut e = Elem::new(PacketBuf::lend(std::mem::take(buf)), size);
                 e.counter = hdr.counter;
                 e.ep = ep;
                 let mut e = [e];
                 self.open(&kps, &mut e);
                 self.deliver(&peer, &kps, &mut e, Some(last_src));
                 let [e] = e;
-                *buf = e.buf;
+                *buf = e.buf.into_slab();
             },
             |c| self.deliver_container(c),
         );

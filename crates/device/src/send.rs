@@ -3,21 +3,25 @@
 use crate::batch::{recycle_slices, Container, Elem, Elems};
 use crate::keypair::DevKeypair;
 use crate::peer::PeerRef;
-use crate::pool::HEADROOM;
+use crate::pool::{slot_size, Carver, PacketBuf, HEADROOM};
 use crate::route::{destination, udp_source_port_and_destination, BatchMemo, LastRoute};
 use crate::DeviceInner;
+use bytes::BytesMut;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vpn_proto::transport::padded_len;
 
 impl DeviceInner {
-    /// The one TUN reader: reads a batch, groups packets per peer by destination, stages them
-    /// and kicks each peer's sending.
+    /// The one TUN reader: reads a batch into a slab, groups packets per peer by destination,
+    /// carves them out of the slab, stages them and kicks each peer's sending. It keeps its slab
+    /// across reads until packets are carved out of it (a slab returns to the pool with the last
+    /// of its packets), then takes the next one before reading again.
     pub(crate) fn tun_reader(self: &Arc<Self>) {
         let batch = self.batch_size;
-        let mut bufs: Vec<Box<[u8]>> = (0..batch).map(|_| self.out_pool.get()).collect();
-        // The per-call view of `bufs`, its allocation reused (see `recycle_slices`).
+        let mut layout = self.tun_layout();
+        let mut slab: Option<BytesMut> = None;
+        // The per-call view of the slab, its allocation reused (see `recycle_slices`).
         let mut spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
         let mut sizes = vec![0usize; batch];
         // Per-batch grouping: (peer, its packets). A handful of peers per batch: a linear scan
@@ -26,15 +30,21 @@ impl DeviceInner {
         // Per packet of the batch: the group it goes to.
         let mut route: Vec<Option<usize>> = Vec::with_capacity(batch);
         let mut last_route = LastRoute::default();
-        let mut fresh: Vec<Box<[u8]>> = Vec::with_capacity(batch);
         let mut bulk = crate::sched::ThreadBulk::default();
         loop {
+            let mem = match &mut slab {
+                Some(s) => s,
+                None => {
+                    layout = self.tun_layout();
+                    slab.insert(self.pool.take(layout.len()))
+                }
+            };
             let mut slices = recycle_slices(std::mem::take(&mut spare));
-            slices.extend(bufs.iter_mut().map(|b| &mut b[..]));
+            layout.slices(mem, &mut slices);
             let res = self.tun.read(&mut slices, &mut sizes, HEADROOM);
             spare = recycle_slices(slices);
             let n = match res {
-                Ok(n) => n,
+                Ok(n) => n.min(batch),
                 Err(e) if vpn_tun::is_too_many_segments(&e) => {
                     tracing::debug!(device = %self.name, "{e}");
                     continue;
@@ -54,20 +64,20 @@ impl DeviceInner {
                 .tun_packets_read
                 .fetch_add(n as u64, Ordering::Relaxed);
             self.bulk.observe(&mut bulk, n, || self.now());
-            // Route under the table's read lock, then take replacement buffers with no lock
-            // held: taking a buffer may wait for the pool, and nobody may wait while holding a
-            // lock the pipeline needs to give buffers back.
+            // Route under the table's read lock, then carve the packets out with no lock held.
             if n == 1 {
-                let peer = bufs[0]
-                    .get(HEADROOM..HEADROOM + sizes[0])
+                let peer = layout
+                    .packet(mem, 0, HEADROOM, sizes[0])
                     .and_then(|pkt| last_route.lookup_dst(&self.allowed_ips.read(), pkt));
                 if let Some(peer) = peer {
-                    let pkt = &bufs[0][HEADROOM..HEADROOM + sizes[0]];
-                    if self.is_own_datagram(pkt, &peer.0, &mut None) {
+                    let own = layout
+                        .packet(mem, 0, HEADROOM, sizes[0])
+                        .is_some_and(|pkt| self.is_own_datagram(pkt, &peer.0, &mut None));
+                    if own {
                         self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
-                        continue;
+                        continue; // the slab is read into again
                     }
-                    if self.send_lone(&peer.0, &mut bufs[0], sizes[0]) {
+                    if self.send_lone(&peer.0, mem, sizes[0]) {
                         continue;
                     }
                 }
@@ -76,17 +86,16 @@ impl DeviceInner {
             {
                 let table = self.allowed_ips.read();
                 let mut memo = BatchMemo::new();
-                for i in 0..n.min(batch) {
-                    let size = sizes[i];
-                    let g = bufs[i]
-                        .get(HEADROOM..HEADROOM + size)
+                for (i, &size) in sizes[..n].iter().enumerate() {
+                    let g = layout
+                        .packet(mem, i, HEADROOM, size)
                         .and_then(destination)
                         .and_then(|dst| {
                             memo.get(dst, || {
                                 let peer = table.lookup(dst)?;
                                 let g = groups.iter().position(|(p, _)| p == peer);
                                 Some(g.unwrap_or_else(|| {
-                                    groups.push((peer.clone(), Elems::new(&self.out_pool, batch)));
+                                    groups.push((peer.clone(), Elems::new(&self.pool, batch)));
                                     groups.len() - 1
                                 }))
                             })
@@ -101,37 +110,47 @@ impl DeviceInner {
             let mut port = None;
             for (i, r) in route.iter_mut().enumerate() {
                 let Some(g) = *r else { continue };
-                let pkt = &bufs[i][HEADROOM..HEADROOM + sizes[i]];
-                if self.is_own_datagram(pkt, &groups[g].0 .0, &mut port) {
+                let own = layout
+                    .packet(mem, i, HEADROOM, sizes[i])
+                    .is_some_and(|pkt| self.is_own_datagram(pkt, &groups[g].0 .0, &mut port));
+                if own {
                     self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
                     *r = None;
                 }
             }
-            // Replacement buffers for the routed packets, taken from the pool at once.
-            self.out_pool
-                .get_into(route.iter().flatten().count(), &mut fresh);
-            for (i, r) in route.iter().enumerate() {
-                if let Some(g) = *r {
-                    // One per packet handed on: never empty (the fallback guards a miscount).
-                    let new = fresh.pop().unwrap_or_else(|| self.out_pool.get());
-                    let buf = std::mem::replace(&mut bufs[i], new);
-                    groups[g].1.v.push(Elem::new(buf, sizes[i]));
+            if route.iter().all(Option::is_none) {
+                groups.clear();
+                continue; // nothing carved: the slab is read into again
+            }
+            if let Some(mem) = slab.take() {
+                let mut carver = Carver::new(&self.pool, mem, layout);
+                for (i, r) in route.iter().enumerate() {
+                    if let Some(g) = *r {
+                        groups[g].1.v.push(Elem::new(carver.slot(i), sizes[i]));
+                    }
                 }
             }
-            debug_assert!(fresh.is_empty(), "a replacement buffer per routed packet");
-            let max_staged = if self.out_pool.max() == 0 {
-                usize::MAX
-            } else {
-                (self.out_pool.max() / 4).max(batch)
-            };
+            let max_staged = self.max_staged_packets();
             for (peer, elems) in groups.drain(..) {
                 let peer = peer.0;
                 if !peer.is_running() {
-                    continue; // elems dropped: buffers return to the pool
+                    continue; // elems dropped: their slots go back to the slab
                 }
                 peer.stage(elems, max_staged);
                 peer.send_staged();
             }
+        }
+        if let Some(mem) = slab {
+            self.pool.put(mem);
+        }
+    }
+
+    /// Packets a peer may keep staged while it waits for a handshake: a quarter of the
+    /// device's memory in slots, at least a batch.
+    pub(crate) fn max_staged_packets(&self) -> usize {
+        match self.pool.max() {
+            0 => usize::MAX,
+            max => (max / 4 / slot_size(self.mtu())).max(self.batch_size),
         }
     }
 
@@ -159,16 +178,16 @@ impl DeviceInner {
     /// the packet list, the container, the queue and the buffer exchange with the pool; on a
     /// tunnel idle between packets every one of those is cold memory the packet would wait for.
     /// Returns false, leaving `buf` as it was, if the packet must take the batch path.
-    fn send_lone(&self, peer: &Arc<crate::Peer>, buf: &mut Box<[u8]>, len: usize) -> bool {
+    fn send_lone(&self, peer: &Arc<crate::Peer>, buf: &mut BytesMut, len: usize) -> bool {
         let sent = peer.outbound.run_alone(
             || {
                 let (kp, counter) = peer.lone_send_slot(self)?;
-                let mut e = [Elem::new(std::mem::take(buf), len)];
+                let mut e = [Elem::new(PacketBuf::lend(std::mem::take(buf)), len)];
                 e[0].counter = counter;
                 self.seal(&kp, &mut e);
                 self.send_sealed(peer, &e);
                 let [e] = e;
-                *buf = e.buf;
+                *buf = e.buf.into_slab();
                 Some(())
             },
             |c| self.send_container(c),

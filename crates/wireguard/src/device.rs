@@ -29,7 +29,7 @@
 //! let (tun, _os) = MemoryTun::new("m0", 1420, 1);
 //! let bind = Arc::new(net.bind("198.18.0.1".parse()?, 1));
 //! // One crypto thread and a small buffer budget, for a memory-constrained host.
-//! let opts = Options::default().with_workers(1).with_receive_pool_bytes(2 << 20);
+//! let opts = Options::default().with_workers(1).with_memory_budget(2 << 20);
 //! let dev = Device::with_options(Arc::new(tun), bind.clone(), Logger::new("m0"), opts);
 //!
 //! // Bad input is an error with wireguard-go's errno, never a panic.

@@ -2,7 +2,7 @@
 //! `VPN_TUN_OFFLOAD=0`), the bind with UDP GSO/GRO, a TSC-interpolated CLOCK_BOOTTIME and
 //! `SCHED_BATCH` for the light direction of bulk traffic.
 
-use super::{receive_pool_bytes, Parts, DEFAULT_MTU};
+use super::{memory_budget, Parts, DEFAULT_MTU};
 use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::{ConnectedOptions, StdNetBind};
@@ -107,8 +107,8 @@ fn open_tun(ifname: &str) -> Result<LinuxTun, crate::Error> {
 pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
     let tun = Arc::new(open_tun(ifname)?);
     let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
-    // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets; each one's reader keeps receive
-    // buffers, so the receive pool grows by 16 readers' worth.
+    // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets (their readers share the device's
+    // one memory cap and hold none of it while idle).
     let connected = ConnectedOptions::from_env();
     // `VPN_UDP_OFFLOAD=0` keeps UDP GSO/GRO off: for paths or kernels that mishandle them,
     // and for comparisons.
@@ -116,7 +116,7 @@ pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
     let bind = Arc::new(StdNetBind::with_offload(udp_offload).with_connected_options(connected));
     let opts = Options::default()
         .with_clock(daemon_clock())
-        .with_receive_pool_bytes(receive_pool_bytes(connected))
+        .with_memory_budget(memory_budget()?)
         // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
         .with_scheduling(
             std::env::var("VPN_SCHED_BATCH")

@@ -9,7 +9,7 @@
 //! `recvmsg_x`/`sendmsg_x`; off by default, and a no-op without the `darwin-spi` feature),
 //! `VPN_DONT_FRAGMENT=1` (`IP_DONTFRAG` on the bind's sockets).
 
-use super::{receive_pool_bytes, write_name_file, Parts, DEFAULT_MTU};
+use super::{memory_budget, write_name_file, Parts, DEFAULT_MTU};
 use std::path::Path;
 use std::sync::Arc;
 use vpn_conn::{ConnectedOptions, StdNetBind};
@@ -51,7 +51,7 @@ pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
             .with_dont_fragment(env_flag("VPN_DONT_FRAGMENT"))
             .with_connected_options(connected),
     );
-    let opts = Options::default().with_receive_pool_bytes(receive_pool_bytes(connected));
+    let opts = Options::default().with_memory_budget(memory_budget()?);
     Ok(Parts {
         tun,
         name,

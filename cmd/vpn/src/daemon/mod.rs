@@ -25,7 +25,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc};
-use vpn_conn::{BindStats, ConnectedOptions, StdNetBind};
+use vpn_conn::{BindStats, StdNetBind};
 use vpn_device::{Device, Logger, Options};
 use vpn_ipc::Statistics;
 use vpn_sys::daemon as sys;
@@ -39,10 +39,6 @@ use linux as platform;
 mod macos;
 #[cfg(target_os = "macos")]
 use macos as platform;
-
-/// Extra receive-pool bytes with connected sockets on: room for 16 pair readers, each of which
-/// may tie up two batches of 64 buffers (the device refuses readers beyond its pool).
-const CONNECTED_POOL_BYTES: usize = 16 * 2 * 64 * vpn_device::pool::BUFFER_SIZE;
 
 /// The TUN MTU wireguard-go uses (`device.DefaultMTU`); wg-quick sets its own afterwards.
 const DEFAULT_MTU: u32 = 1420;
@@ -171,10 +167,31 @@ fn open_uapi(name: &str) -> Result<UapiListener, crate::Error> {
     }
 }
 
-/// The device's receive pool: the default, plus room for the pair readers when
-/// `VPN_CONNECTED_SOCKETS=1` turns on per-peer connected sockets (each reader keeps buffers).
-fn receive_pool_bytes(connected: ConnectedOptions) -> usize {
-    vpn_device::DEFAULT_RECEIVE_POOL_BYTES + usize::from(connected.enabled) * CONNECTED_POOL_BYTES
+/// The device's cap on packet memory: `VPN_MEMORY_BUDGET` (bytes, with an optional K, M or G
+/// suffix: `16M`) or the default. Connected-socket readers share it and hold none of it while
+/// idle, so turning them on needs no more.
+fn memory_budget() -> Result<usize, crate::Error> {
+    match std::env::var("VPN_MEMORY_BUDGET") {
+        Ok(v) => {
+            Ok(parse_bytes(&v).ok_or_else(|| format!("VPN_MEMORY_BUDGET: not a size: {v:?}"))?)
+        }
+        Err(_) => Ok(vpn_device::DEFAULT_MEMORY_BUDGET),
+    }
+}
+
+/// A byte count with an optional binary suffix: `16777216`, `16384K`, `16M`, `1G`.
+fn parse_bytes(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    num.parse::<usize>().ok()?.checked_mul(1 << shift)
 }
 
 /// `vpn utun` on macOS: writes the unit the kernel chose to the file `WG_TUN_NAME_FILE` names,
@@ -292,6 +309,26 @@ fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mu
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn memory_budget_sizes_take_binary_suffixes_and_refuse_anything_else() {
+        assert_eq!(parse_bytes("16777216"), Some(16 << 20));
+        assert_eq!(parse_bytes("16384K"), Some(16 << 20));
+        assert_eq!(parse_bytes(" 16M "), Some(16 << 20));
+        assert_eq!(parse_bytes("1g"), Some(1 << 30));
+        for bad in [
+            "",
+            "M",
+            "-1M",
+            "+1M",
+            "1.5M",
+            "16MB",
+            "1 M",
+            "99999999999999999999G",
+        ] {
+            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn fd_numbers() {

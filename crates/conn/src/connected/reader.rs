@@ -65,6 +65,10 @@ impl PairReader {
         sizes: &mut [usize],
         eps: &mut [Endpoint],
     ) -> io::Result<usize> {
+        if bufs.is_empty() {
+            // A wait for data (see `ReceiveFunc`); a pair socket's errors are for the read.
+            return self.pair.fam.wait_readable().map(|()| 0);
+        }
         let n = bufs.len().min(sizes.len()).min(eps.len());
         if n == 0 {
             return Err(io::Error::new(

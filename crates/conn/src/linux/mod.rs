@@ -132,6 +132,30 @@ impl Family {
         result
     }
 
+    /// Blocks until a datagram is ready to read, without reading it (`MSG_PEEK` of one byte),
+    /// for a receive function called with no buffers (see [`ReceiveFunc`]). Closing wakes it as
+    /// it wakes a read (`shutdown`). Errors the socket reports are left for the read that
+    /// follows: only a closed socket is an error here.
+    pub(crate) fn wait_readable(&self) -> io::Result<()> {
+        loop {
+            if self.is_closed() {
+                return Err(err_closed());
+            }
+            let res = {
+                let guard = self.sock.read();
+                let Some(sock) = guard.as_ref() else {
+                    return Err(err_closed());
+                };
+                sock.peek(&mut [std::mem::MaybeUninit::uninit(); 1])
+            };
+            match res {
+                _ if self.is_closed() => return Err(err_closed()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// Wakes and stops the reader, then closes the descriptor.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -3,7 +3,7 @@
 //! Without UDP GRO the kernel writes datagrams straight into the caller's buffers. With GRO a
 //! single read may return a super-datagram of up to 64 KiB made of equal-size segments (the
 //! last may be shorter). When the caller's buffers allow it (the device's do: a run of 64
-//! buffers per message, each able to take 64 KiB) a read goes straight into them too, one
+//! buffers per message, the first able to take 64 KiB) a read goes straight into them too, one
 //! message per run, and only the second and later segments of a super-datagram are copied
 //! ([`super::segments`]); a lone datagram on a quiet tunnel is not copied at all. Otherwise
 //! reads go into a private scratch area of [`GRO_MSGS`] × 64 KiB and the segments are copied
@@ -225,6 +225,13 @@ impl Reader {
         sizes: &mut [usize],
         eps: &mut [Endpoint],
     ) -> io::Result<usize> {
+        if bufs.is_empty() {
+            // A wait for data (see `ReceiveFunc`): segments still queued count as data.
+            if !self.gro.as_ref().is_some_and(Gro::has_pending) {
+                self.fam.wait_readable()?;
+            }
+            return Ok(0);
+        }
         let n = bufs
             .len()
             .min(sizes.len())
@@ -245,14 +252,12 @@ impl Reader {
                 .iter()
                 .step_by(GRO_SEGMENTS)
                 .all(|b| b.len() >= MAX_DATAGRAM);
-        // Scattering also needs every buffer of the runs able to take a piece, and the last
-        // the rest: the device's buffers are all of one size.
-        let whole_runs = direct && bufs[..runs].iter().all(|b| b.len() >= MAX_DATAGRAM);
         loop {
             if self.fam.is_closed() {
                 return Err(err_closed());
             }
-            let scatter = whole_runs && self.seg_guess > 0;
+            let scatter =
+                direct && self.seg_guess > 0 && scatter_fits(&bufs[..runs], self.seg_guess);
             if let Some(gro) = self.gro.as_mut().filter(|g| g.has_pending()) {
                 let mut split = Split::default();
                 gro.drain(bufs, sizes, eps, &mut split);
@@ -352,6 +357,21 @@ impl Reader {
             }
         }
     }
+}
+
+/// Whether reads scattered in pieces of `seg` fit `bufs` (runs of [`GRO_SEGMENTS`], the first of
+/// each able to take a whole datagram, checked by the caller): every other buffer takes a
+/// piece, and a run offers the kernel a whole datagram's worth, so that nothing is truncated.
+/// The device's slabs have MTU-sized slots behind each run's head, which hold any segment size
+/// a tunnel coalesces by.
+fn scatter_fits(bufs: &[&mut [u8]], seg: usize) -> bool {
+    bufs.chunks(GRO_SEGMENTS).all(|run| {
+        let Some((last, middle)) = run[1..].split_last() else {
+            return false;
+        };
+        middle.iter().all(|b| b.len() >= seg)
+            && seg * (run.len() - 1) + last.len().min(MAX_DATAGRAM) >= MAX_DATAGRAM
+    })
 }
 
 /// Smallest segment size worth scattering by: smaller segments are cheap to move, and a
@@ -469,5 +489,25 @@ mod tests {
         g.load(&[m0, m1], &mut s);
         assert_eq!(s.dropped, 1);
         assert!(!g.has_pending());
+    }
+
+    #[test]
+    fn scattering_needs_a_piece_per_buffer_and_a_whole_datagram_per_run() {
+        let mut store: Vec<Vec<u8>> = (0..128)
+            .map(|i| vec![0; if i % 64 == 0 { 65_536 } else { 2048 }])
+            .collect();
+        let bufs: Vec<&mut [u8]> = store.iter_mut().map(|b| &mut b[..]).collect();
+        assert!(
+            scatter_fits(&bufs, 1448),
+            "MTU-sized slots behind a 64 KiB head"
+        );
+        assert!(!scatter_fits(&bufs, 4000), "a piece larger than a slot");
+        assert!(
+            !scatter_fits(&bufs, 600),
+            "63 pieces and the last slot short of 64 KiB"
+        );
+        let mut big = vec![vec![0u8; 65_536]; 64];
+        let bufs: Vec<&mut [u8]> = big.iter_mut().map(|b| &mut b[..]).collect();
+        assert!(scatter_fits(&bufs, 600), "the last buffer takes the rest");
     }
 }

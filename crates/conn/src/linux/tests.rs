@@ -530,3 +530,51 @@ fn set_mark_applies_now_and_on_every_open() {
     );
     bind.close().unwrap();
 }
+
+#[test]
+fn a_call_without_buffers_waits_for_data_and_close_wakes_it() {
+    for offload in [true, false] {
+        let bind = Arc::new(StdNetBind::with_offload(offload));
+        let (fns, port) = bind.open(0).unwrap();
+        let (tx, rx) = mpsc::channel();
+        for mut f in fns {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                // Waits for data, reads nothing; then waits again until close.
+                let first = f(&mut [], &mut [], &mut []).map_err(|e| is_err_closed(&e));
+                let _ = tx.send(first);
+                let mut storage = vec![vec![0u8; 2048]; 128];
+                let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+                let (mut sizes, mut eps) = (vec![0; 128], vec![Endpoint::default(); 128]);
+                if first == Ok(0) {
+                    let n = f(&mut bufs, &mut sizes, &mut eps).unwrap();
+                    let _ = tx.send(Ok(sizes[..n].iter().filter(|&&s| s == 3).count()));
+                    let again = f(&mut [], &mut [], &mut []).map_err(|e| is_err_closed(&e));
+                    let _ = tx.send(again);
+                }
+            });
+        }
+        // Nothing arrives: no reader returns from its wait.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        let sock = std::net::UdpSocket::bind(("127.0.0.1", 0)).unwrap();
+        sock.send_to(b"abc", ("127.0.0.1", port)).unwrap();
+        let woke = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the wait never ended");
+        assert_eq!(woke, Ok(0), "a wait reads nothing");
+        let read = rx.recv_timeout(Duration::from_secs(10)).expect("no read");
+        assert_eq!(
+            read,
+            Ok(1),
+            "the datagram waited for is still there to read"
+        );
+        bind.close().unwrap();
+        // The v4 reader's second wait and the v6 reader's first end with closed.
+        for _ in 0..2 {
+            let r = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("close did not wake a wait");
+            assert_eq!(r, Err(true));
+        }
+    }
+}
