@@ -75,6 +75,10 @@ pub(super) fn receive_func(
     let (remote, local) = (pair.key.remote, pair.key.local);
     let mut reader = PairReader::new(pair.fam.batched, max_datagram, remote, local);
     let f: ReceiveFunc = Box::new(move |bufs, sizes, eps| {
+        if bufs.is_empty() {
+            // A wait for data (see `ReceiveFunc`); a pair socket's errors are for the read.
+            return pair.fam.wait_readable().map(|()| 0);
+        }
         let r = reader.read(&pair.fam, bufs, sizes, eps, |read| {
             pair.used.store(true, Relaxed);
             if let Some(set) = set.upgrade() {

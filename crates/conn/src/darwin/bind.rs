@@ -112,6 +112,10 @@ impl StdNetBind {
         let stats = self.core.stats.clone();
         let mut rx = Receiver::new(fam.batched);
         Box::new(move |bufs, sizes, eps| {
+            if bufs.is_empty() {
+                // A wait for data (see `ReceiveFunc`): the device takes a slab only after it.
+                return fam.wait_readable().map(|()| 0);
+            }
             let n = fam.read_loop(
                 |_| false,
                 |fd| {

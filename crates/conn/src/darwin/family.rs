@@ -150,6 +150,20 @@ impl Family {
         }
     }
 
+    /// Blocks until a datagram is ready to read, without reading it: what a receive function
+    /// called with no buffers does (see [`crate::ReceiveFunc`]), so that an idle reader holds
+    /// no slab. Closing wakes it with [`err_closed`].
+    pub(crate) fn wait_readable(&self) -> io::Result<()> {
+        if self.is_closed() {
+            return Err(err_closed());
+        }
+        let guard = self.sock.read();
+        let Some(sock) = guard.as_ref() else {
+            return Err(err_closed());
+        };
+        self.park(sock, false)
+    }
+
     /// Wakes and stops the reader and senders, then closes the descriptor.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

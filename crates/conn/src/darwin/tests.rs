@@ -194,3 +194,40 @@ fn opening_twice_fails_and_set_mark_is_accepted() {
     bind.set_mark(7).unwrap();
     bind.close().unwrap();
 }
+
+/// A receive function called with no buffers waits for a datagram without reading it (the
+/// device then reads it with a slab in hand), and closing the bind wakes such a wait.
+#[test]
+fn a_call_without_buffers_waits_for_a_datagram_without_reading_it_and_close_wakes_it() {
+    let bind = StdNetBind::new();
+    let (mut fns, port) = bind.open(0).unwrap();
+    let f = fns.remove(0);
+    let (tx, rx) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        let mut f = f;
+        let r = f(&mut [], &mut [], &mut []);
+        tx.send(r.map_err(|e| e.kind())).unwrap();
+        f
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "returned with nothing to read"
+    );
+    let p = peer(false);
+    p.send_to(b"waiting", to_bind(false, port)).unwrap();
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), Ok(0));
+    let f = waiter.join().unwrap();
+    // The datagram is still there for the read that follows.
+    let (got, _, mut f) = read_once(f, 1, 2048);
+    assert_eq!(got[0].0, b"waiting");
+    // Nothing left: a new wait blocks until the bind closes.
+    let (tx, rx) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        let r = f(&mut [], &mut [], &mut []);
+        tx.send(r.is_err_and(|e| is_err_closed(&e))).unwrap();
+    });
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    bind.close().unwrap();
+    assert!(rx.recv_timeout(WAIT).unwrap(), "close did not end the wait");
+    waiter.join().unwrap();
+}
