@@ -32,10 +32,18 @@ impl DeviceInner {
         let mut last_route = LastRoute::default();
         let mut bulk = crate::sched::ThreadBulk::default();
         loop {
+            // A slab kept from the last read (nothing was carved out of it) is laid out for the
+            // MTU of its time: after an MTU change it goes back for one with slots that fit.
+            let want = self.tun_layout();
+            if want != layout {
+                if let Some(old) = slab.take() {
+                    self.pool.put(old);
+                }
+            }
             let mem = match &mut slab {
                 Some(s) => s,
                 None => {
-                    layout = self.tun_layout();
+                    layout = want;
                     slab.insert(self.pool.take(layout.len()))
                 }
             };
@@ -45,7 +53,9 @@ impl DeviceInner {
             spare = recycle_slices(slices);
             let n = match res {
                 Ok(n) => n.min(batch),
-                Err(e) if vpn_tun::is_too_many_segments(&e) => {
+                // A packet lost, not the TUN: keep reading (after an MTU change the next slab
+                // is laid out for the new MTU).
+                Err(e) if vpn_tun::is_too_many_segments(&e) || vpn_tun::is_packet_too_big(&e) => {
                     tracing::debug!(device = %self.name, "{e}");
                     continue;
                 }

@@ -69,6 +69,29 @@ pub trait Device: Send + Sync {
 }
 
 #[derive(Debug)]
+struct PacketTooBig;
+
+impl std::fmt::Display for PacketTooBig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("packet larger than the read buffer")
+    }
+}
+
+impl std::error::Error for PacketTooBig {}
+
+/// The error a read returns when a packet did not fit the buffer it was to go to (the buffers
+/// were laid out for a smaller MTU than the interface had when the packet came): the packet
+/// was dropped, keep reading, with buffers sized for the current [`Device::mtu`].
+pub fn packet_too_big() -> io::Error {
+    io::Error::other(PacketTooBig)
+}
+
+/// Whether `e` is [`packet_too_big`].
+pub fn is_packet_too_big(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<PacketTooBig>())
+}
+
+#[derive(Debug)]
 struct TooManySegments;
 
 impl std::fmt::Display for TooManySegments {

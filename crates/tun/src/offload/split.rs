@@ -154,7 +154,7 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
                 .as_mut()
                 .get_mut(offset..)
                 .and_then(|b| b.get_mut(..pkt.len()))
-                .ok_or_else(|| invalid("packet larger than the read buffer"))?;
+                .ok_or_else(crate::packet_too_big)?;
             out.copy_from_slice(pkt);
             sizes[0] = pkt.len();
             return Ok(Split {

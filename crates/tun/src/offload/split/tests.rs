@@ -253,3 +253,16 @@ fn gro_then_split_round_trips() {
         assert_eq!(out, pkts, "round {round}: split(GRO(x)) == x");
     }
 }
+
+/// A plain packet larger than its buffer (laid out for a smaller MTU than the interface has
+/// since taken) is dropped with `packet_too_big`, the error the device reads on after, not a
+/// malformed-frame error.
+#[test]
+fn a_single_packet_larger_than_its_buffer_is_packet_too_big() {
+    let big = tcp(A4, B4, ACK, 3000, 7);
+    let mut frame = gso_frame(&big, VIRTIO_NET_HDR_GSO_NONE, 0);
+    let (mut bufs, mut sizes) = out_bufs(4);
+    let e = split_frame(&mut frame, &mut bufs, &mut sizes, OFF).unwrap_err();
+    assert!(crate::is_packet_too_big(&e), "{e}");
+    assert!(!crate::is_too_many_segments(&e));
+}
