@@ -499,6 +499,16 @@ impl DeviceInner {
 
     /// The TUN reader's slab at the current MTU: plain slots (the TUN splits super-packets
     /// through its own scratch), no run heads.
+    /// Reads the TUN's MTU again (an MTU event, or a packet too big for the slots laid out
+    /// for the MTU the device knew: the event may still be on its way).
+    pub(crate) fn refresh_mtu(&self) {
+        if let Ok(m) = self.tun.mtu() {
+            let m = (m as usize).min(MAX_CONTENT_SIZE);
+            self.mtu.store(m, Ordering::Relaxed);
+            self.set_memory_floor();
+        }
+    }
+
     pub(crate) fn tun_layout(&self) -> Layout {
         Layout {
             slots: self.batch_size,
@@ -884,13 +894,7 @@ fn tun_event_reader(
             return;
         }
         match ev {
-            vpn_tun::Event::MtuUpdate => {
-                if let Ok(m) = d.tun.mtu() {
-                    let m = (m as usize).min(MAX_CONTENT_SIZE);
-                    d.mtu.store(m, Ordering::Relaxed);
-                    d.set_memory_floor();
-                }
-            }
+            vpn_tun::Event::MtuUpdate => d.refresh_mtu(),
             vpn_tun::Event::Up => {
                 if let Err(e) = d.up() {
                     tracing::error!(device = %d.name, "up on TUN event failed: {e}");

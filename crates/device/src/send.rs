@@ -53,10 +53,15 @@ impl DeviceInner {
             spare = recycle_slices(slices);
             let n = match res {
                 Ok(n) => n.min(batch),
-                // A packet lost, not the TUN: keep reading (after an MTU change the next slab
-                // is laid out for the new MTU).
-                Err(e) if vpn_tun::is_too_many_segments(&e) || vpn_tun::is_packet_too_big(&e) => {
+                // A packet lost, not the TUN: keep reading (after an MTU rise with slots laid
+                // out for the new MTU).
+                Err(e) if vpn_tun::is_too_many_segments(&e) => {
                     tracing::debug!(device = %self.name, "{e}");
+                    continue;
+                }
+                Err(e) if vpn_tun::is_packet_too_big(&e) => {
+                    tracing::debug!(device = %self.name, "{e}: reading the MTU again");
+                    self.refresh_mtu();
                     continue;
                 }
                 Err(e) => {
