@@ -49,7 +49,8 @@ pub(crate) struct Stats {
     send_drops: AtomicU64,
 }
 
-fn add(c: &AtomicU64, n: usize) {
+/// Adds `n` to a counter; a zero is not written (no cache-line traffic for it).
+pub(crate) fn add(c: &AtomicU64, n: usize) {
     if n != 0 {
         c.fetch_add(n as u64, Relaxed);
     }

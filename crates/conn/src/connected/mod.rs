@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use socket2::Socket;
 
+use crate::stats::add;
 use crate::{is_err_closed, Endpoint, ReceiveFunc};
 use os::{Family, SendPool};
 
@@ -144,12 +145,6 @@ pub(crate) struct Counters {
     oversize: AtomicU64,
     send_drops: AtomicU64,
     open: AtomicU64,
-}
-
-fn add(c: &AtomicU64, n: usize) {
-    if n != 0 {
-        c.fetch_add(n as u64, Relaxed);
-    }
 }
 
 impl Counters {
