@@ -1,9 +1,10 @@
 //! The utun data path, generic over the [`Kernel`] seam so every rule runs against the
 //! simulated kernel on any host:
 //!
-//! - **Batched read** (batch > 1): one `recvmsg_x` into a slab of slots at stride MTU + 64,
-//!   each slot starting with the 4-byte header so its packet sits 4 bytes after the slot
-//!   start; the header is stripped and each packet copied to `bufs[i][offset..]`. A packet
+//! - **Batched read** (batch > 1): one `recvmsg_x` straight into the caller's buffers (the
+//!   device lays them out in one slab), slot `i` being `bufs[i][offset - 4..]` capped at MTU +
+//!   64, so the 4-byte header lands in the headroom and the packet at `offset` with no copy
+//!   (packets are moved down only to close the hole a dropped one left). A packet
 //!   that fills its slot while its IP header claims more was cut by an MTU that grew under us:
 //!   it is dropped and the MTU cache cleared, so the next read uses the new stride.
 //! - **Batched write**: the header is written into the 4 bytes before `offset` of each
@@ -114,7 +115,6 @@ pub(crate) struct Drops {
 
 struct ReadState {
     recv: RecvBatch,
-    slab: Vec<u8>,
     sizes: Vec<usize>,
 }
 
@@ -153,7 +153,6 @@ impl UtunIo {
             mtu,
             read: Mutex::new(ReadState {
                 recv: RecvBatch::new(batch, false),
-                slab: Vec::new(),
                 sizes: vec![0; batch],
             }),
             send_pool: Mutex::new(Vec::new()),
@@ -213,8 +212,10 @@ impl UtunIo {
         }
     }
 
-    /// One `recvmsg_x` into the slab; the packets that survive are copied out. Ok(0) when
-    /// every frame received was dropped.
+    /// One `recvmsg_x` straight into the caller's buffers (which the device lays out in one
+    /// slab): frame `i` at `bufs[i][offset - 4..]`, at most MTU + 64 bytes, its header in the
+    /// headroom. Dropped frames leave holes that the packets after them are moved into (a copy
+    /// only then). Ok(0) when every frame received was dropped.
     fn read_batch(
         &self,
         st: &mut ReadState,
@@ -224,21 +225,23 @@ impl UtunIo {
     ) -> io::Result<usize> {
         let stride = self.mtu.get()? as usize + SLOT_SLACK;
         let slots = bufs.len().min(self.batch);
-        if st.slab.len() < slots * stride {
-            st.slab.resize(slots * stride, 0);
-        }
+        let start = offset - HEADER_LEN;
         let ReadState {
             recv,
-            slab,
             sizes: got_sizes,
         } = st;
+        let mut views: [usize; MAX_BATCH] = [0; MAX_BATCH];
         let n = {
             let mut slot_bufs: [&mut [u8]; MAX_BATCH] = std::array::from_fn(|_| &mut [][..]);
-            for (s, chunk) in slot_bufs
+            for ((s, view), b) in slot_bufs
                 .iter_mut()
-                .zip(slab.chunks_mut(stride).take(slots))
+                .zip(views.iter_mut())
+                .zip(bufs.iter_mut())
             {
-                *s = chunk;
+                let b = b.get_mut(start..).unwrap_or_default();
+                let len = b.len().min(stride);
+                *view = len;
+                *s = &mut b[..len];
             }
             recv.recv_with(
                 self.k,
@@ -250,22 +253,29 @@ impl UtunIo {
         };
         let mut out = 0;
         for (i, &size) in got_sizes[..n].iter().enumerate() {
-            let frame = &slab[i * stride..i * stride + size];
-            let Some(packet) = frame.get(HEADER_LEN..) else {
+            let Some(len) = size.checked_sub(HEADER_LEN) else {
                 self.drops.runts.fetch_add(1, Relaxed);
                 continue;
             };
-            if size == stride && claimed_len(packet).is_some_and(|c| c > packet.len()) {
-                self.drops.mtu_races.fetch_add(1, Relaxed);
-                self.mtu.clear();
+            let packet = &bufs[i][offset..offset + len];
+            if size == views[i] && claimed_len(packet).is_some_and(|c| c > len) {
+                if views[i] == stride {
+                    self.drops.mtu_races.fetch_add(1, Relaxed);
+                    self.mtu.clear();
+                } else {
+                    self.drops.oversized.fetch_add(1, Relaxed);
+                }
                 continue;
             }
-            let Some(dst) = bufs[out].get_mut(offset..offset + packet.len()) else {
-                self.drops.oversized.fetch_add(1, Relaxed);
-                continue;
-            };
-            dst.copy_from_slice(packet);
-            sizes[out] = packet.len();
+            if out != i {
+                let (head, tail) = bufs.split_at_mut(i);
+                let Some(dst) = head[out].get_mut(offset..offset + len) else {
+                    self.drops.oversized.fetch_add(1, Relaxed);
+                    continue;
+                };
+                dst.copy_from_slice(&tail[0][offset..offset + len]);
+            }
+            sizes[out] = len;
             out += 1;
         }
         Ok(out)
