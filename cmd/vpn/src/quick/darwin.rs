@@ -384,7 +384,6 @@ fn find_real_interface(ifname: &str) -> Option<String> {
         |real| mtime(&client::socket_path(&run_dir(), real)),
         mtime(&nf)?,
     )?;
-    eprintln!("[+] Interface for {ifname} is {real}");
     Some(real)
 }
 
@@ -419,6 +418,7 @@ pub fn up(args: &Args) -> Result<(), Error> {
 
 fn up_steps(t: &Tunnel, real: &mut Option<String>, undo: &mut Vec<Step>) -> Result<(), Error> {
     let r = start_daemon(&t.ifname)?;
+    eprintln!("[+] Interface for {} is {r}", t.ifname);
     *real = Some(r.clone());
     run_hooks(&t.config.interface.pre_up, &t.ifname)?;
     let endpoints = RefCell::new(Vec::new());
@@ -575,6 +575,7 @@ pub fn down(args: &Args) -> Result<(), Error> {
     let t = load(&args.config)?;
     let real = find_real_interface(&t.ifname)
         .ok_or_else(|| format!("`{}' is not a WireGuard interface", t.ifname))?;
+    eprintln!("[+] Interface for {} is {real}", t.ifname);
     run_hooks(&t.config.interface.pre_down, &t.ifname)?;
     if t.config.interface.save_config {
         let dump = client::get(&run_dir(), &real)
