@@ -237,16 +237,28 @@ pub struct FaultStats {
     pub reordered: u64,
     /// Matched datagrams delayed.
     pub delayed: u64,
-    /// For every copy of a held-back or delayed datagram handed to its receiver, how many
-    /// datagrams sent after it on its link were delivered before it (its *displacement*: a
-    /// receiver that numbers datagrams in sending order saw it this far behind the newest).
-    pub late_by: Vec<u64>,
+    /// Every copy of a held-back or delayed datagram handed to its receiver, in that order.
+    pub late: Vec<Late>,
+}
+
+/// A held-back or delayed datagram, as it was handed to its receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Late {
+    /// Its link's source.
+    pub from: SocketAddr,
+    /// Its link's destination.
+    pub to: SocketAddr,
+    /// Its number among the matched datagrams of its link (from 0, in sending order).
+    pub seq: u64,
+    /// How far behind the newest datagram delivered on its link before it: a receiver that
+    /// numbers datagrams in sending order (a nonce counter) saw it this far behind the highest.
+    pub behind: u64,
 }
 
 impl FaultStats {
     /// Late copies delivered more than `n` behind the newest datagram of their link.
     pub fn late_beyond(&self, n: u64) -> u64 {
-        self.late_by.iter().filter(|&&d| d > n).count() as u64
+        self.late.iter().filter(|l| l.behind > n).count() as u64
     }
 }
 
@@ -477,7 +489,7 @@ struct Counters {
     corrupted: AtomicU64,
     reordered: AtomicU64,
     delayed: AtomicU64,
-    late_by: Mutex<Vec<u64>>,
+    late: Mutex<Vec<Late>>,
 }
 
 type LinkRef = Arc<Mutex<Link>>;
@@ -583,7 +595,7 @@ impl Faults {
             corrupted: get(&c.corrupted),
             reordered: get(&c.reordered),
             delayed: get(&c.delayed),
-            late_by: c.late_by.lock().clone(),
+            late: c.late.lock().clone(),
         }
     }
 
@@ -613,7 +625,12 @@ fn deliver_step(
 ) -> bool {
     // Recorded before the receiver can see it, so a test that saw it sees the record too.
     if s.late {
-        counts.late_by.lock().push(link.behind(s.seq));
+        counts.late.lock().push(Late {
+            from,
+            to,
+            seq: s.seq,
+            behind: link.behind(s.seq),
+        });
     }
     let ok = net.deliver_now(from, to, s.data);
     if ok {
@@ -763,7 +780,15 @@ mod tests {
         let mut take = |link: &mut Link, steps: Vec<Step>| {
             for s in steps {
                 if s.late {
-                    faults.counts.late_by.lock().push(link.behind(s.seq));
+                    let (from, to) = (addr("10.0.0.1:1"), addr("10.0.0.2:2"));
+                    let behind = link.behind(s.seq);
+                    let late = Late {
+                        from,
+                        to,
+                        seq: s.seq,
+                        behind,
+                    };
+                    faults.counts.late.lock().push(late);
                 }
                 link.delivered(s.seq);
                 got.push(s.data);
@@ -952,8 +977,8 @@ mod tests {
                 newest = newest.max(n);
             }
             assert!(moved > 0 && moved <= st.reordered);
-            assert_eq!(st.late_by.len() as u64, st.reordered);
-            assert!(st.late_by.iter().all(|&d| d <= 40), "seed {seed}");
+            assert_eq!(st.late.len() as u64, st.reordered);
+            assert!(st.late.iter().all(|l| l.behind <= 40), "seed {seed}");
             numbers.sort_unstable();
             assert_eq!(numbers, (0..N).collect::<Vec<_>>(), "seed {seed}");
         }
@@ -968,7 +993,7 @@ mod tests {
         let (got, st) = run(&config, N);
         assert!(st.reordered > 5);
         // With holds this rare, each is released by a datagram that was delivered normally.
-        assert!(st.late_by.iter().all(|&d| d == 100), "{:?}", st.late_by);
+        assert!(st.late.iter().all(|l| l.behind == 100), "{:?}", st.late);
         assert_eq!(st.late_beyond(99), st.reordered);
         assert_eq!(st.late_beyond(100), 0);
         assert_eq!(got.len() as u64, N);
@@ -1033,18 +1058,29 @@ mod tests {
             .unwrap();
     }
 
+    /// Sends [1, 0xaa] then [2, 0xbb] from a to b with `faults` applied to datagrams that
+    /// start with 1.
+    fn send_two_through(
+        net: &MemoryNetwork,
+        faults: FaultConfigBuilder,
+    ) -> (
+        super::super::MemoryBind,
+        super::super::MemoryBind,
+        crossbeam_channel::Receiver<Vec<u8>>,
+    ) {
+        let (a, b, rx) = two_binds(net);
+        let config = faults.matching(|_, _, d| d.first() == Some(&1)).build();
+        net.set_faults(Some(config.unwrap()));
+        send(&a, &b, &[1, 0xaa]);
+        send(&a, &b, &[2, 0xbb]);
+        (a, b, rx)
+    }
+
     #[test]
     fn the_network_applies_faults_to_matched_datagrams_only_and_flush_releases_held_ones() {
         let net = MemoryNetwork::new();
-        let (a, b, rx) = two_binds(&net);
-        let config = FaultConfig::builder(1)
-            .reordering(1.0, 1000..=1000)
-            .matching(|_, _, d| d.first() == Some(&1))
-            .build()
-            .unwrap();
-        net.set_faults(Some(config));
-        send(&a, &b, &[1, 0xaa]);
-        send(&a, &b, &[2, 0xbb]);
+        let faults = FaultConfig::builder(1).reordering(1.0, 1000..=1000);
+        let (a, b, rx) = send_two_through(&net, faults);
         let wait = Duration::from_secs(10);
         assert_eq!(
             rx.recv_timeout(wait).unwrap(),
@@ -1058,7 +1094,8 @@ mod tests {
             [1, 0xaa],
             "flush lets it go"
         );
-        assert_eq!(net.fault_stats().late_by, [0]);
+        let late = net.fault_stats().late;
+        assert_eq!((late.len(), late[0].seq, late[0].behind), (1, 0, 0));
         // Switching faults off delivers what they still held.
         send(&a, &b, &[1, 0xcc]);
         net.set_faults(None);
@@ -1070,16 +1107,9 @@ mod tests {
     #[test]
     fn delayed_datagrams_arrive_after_those_sent_later() {
         let net = MemoryNetwork::new();
-        let (a, b, rx) = two_binds(&net);
         let ms = Duration::from_millis;
-        let config = FaultConfig::builder(2)
-            .delay(1.0, ms(50)..=ms(50))
-            .matching(|_, _, d| d.first() == Some(&1))
-            .build()
-            .unwrap();
-        net.set_faults(Some(config));
-        send(&a, &b, &[1, 0xaa]);
-        send(&a, &b, &[2, 0xbb]);
+        let faults = FaultConfig::builder(2).delay(1.0, ms(50)..=ms(50));
+        let (_a, b, rx) = send_two_through(&net, faults);
         let wait = Duration::from_secs(10);
         assert_eq!(rx.recv_timeout(wait).unwrap(), [2, 0xbb]);
         assert_eq!(
@@ -1089,7 +1119,7 @@ mod tests {
         );
         assert_eq!(net.fault_stats().delayed, 1);
         // The datagram that overtook it was not matched: it does not count on the link.
-        assert_eq!(net.fault_stats().late_by, [0]);
+        assert_eq!(net.fault_stats().late[0].behind, 0);
         b.close().unwrap();
     }
 }
