@@ -34,11 +34,17 @@ fn seed(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Two nodes on a fake clock that know each other, with a tunnel up between them.
-fn fake_pair(net: &MemoryNetwork) -> (Arc<FakeClock>, Node, Node) {
+/// Two nodes on a fake clock that know each other, no handshake yet.
+fn fake_nodes(net: &MemoryNetwork, batch: usize) -> (Arc<FakeClock>, Node, Node) {
     let clock = FakeClock::new();
     let c: Arc<dyn Clock> = clock.clone();
-    let (a, b) = pair(net, 64, Some(c));
+    let (a, b) = pair(net, batch, Some(c));
+    (clock, a, b)
+}
+
+/// [`fake_nodes`] with a tunnel up between them.
+fn fake_pair(net: &MemoryNetwork) -> (Arc<FakeClock>, Node, Node) {
+    let (clock, a, b) = fake_nodes(net, 64);
     assert!(ping(&a, &b, false, Duration::from_secs(10)), "tunnel up");
     (clock, a, b)
 }
@@ -52,6 +58,14 @@ fn is_handshake(data: &[u8]) -> bool {
         classify(data),
         Ok(MessageType::Initiation | MessageType::Response | MessageType::CookieReply)
     )
+}
+
+/// Faults on handshake messages, both ways, and nothing else.
+fn on_handshakes(faults: FaultConfigBuilder) -> FaultConfig {
+    faults
+        .matching(|_, _, d| is_handshake(d))
+        .build()
+        .expect("valid faults")
 }
 
 /// Faults on `from`'s transport messages to `to`, and nothing else.
@@ -391,15 +405,8 @@ fn handshakes_retry_through_heavy_loss_until_the_tunnel_comes_up() {
     let mut retried = 0;
     for seed in base..base + 3 {
         let net = MemoryNetwork::new();
-        let clock = FakeClock::new();
-        let c: Arc<dyn Clock> = clock.clone();
-        let (a, b) = pair(&net, 1, Some(c));
-        let faults = FaultConfig::builder(seed)
-            .loss(0.6)
-            .matching(|_, _, d| is_handshake(d))
-            .build()
-            .unwrap();
-        net.set_faults(Some(faults));
+        let (clock, a, b) = fake_nodes(&net, 1);
+        net.set_faults(Some(on_handshakes(FaultConfig::builder(seed).loss(0.6))));
         assert!(
             drive_until_delivered(&net, &clock, &a, &b),
             "seed {seed}: {:?} {:?}",
@@ -427,16 +434,10 @@ fn corrupted_datagrams_are_dropped_and_counted_and_the_tunnel_survives() {
     const N: u32 = 4000;
     let seed = seed(8);
     let net = MemoryNetwork::new();
-    let clock = FakeClock::new();
-    let c: Arc<dyn Clock> = clock.clone();
-    let (a, b) = pair(&net, 64, Some(c));
+    let (clock, a, b) = fake_nodes(&net, 64);
     // Handshakes damaged at times, both ways: retries bring the tunnel up.
-    let faults = FaultConfig::builder(seed)
-        .corruption(0.3)
-        .matching(|_, _, d| is_handshake(d))
-        .build()
-        .unwrap();
-    net.set_faults(Some(faults));
+    let faults = FaultConfig::builder(seed).corruption(0.3);
+    net.set_faults(Some(on_handshakes(faults)));
     assert!(
         drive_until_delivered(&net, &clock, &a, &b),
         "seed {seed}: {:?}",
