@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Datagrams queued per bind before further ones are dropped (like a full socket buffer).
@@ -41,6 +41,9 @@ struct NetInner {
     dropped: AtomicU64,
     tap: Mutex<Option<Sender<Captured>>>,
     faults: Mutex<Option<Arc<Faults>>>,
+    /// Whether `faults` is set: datagrams skip its lock when not (benchmarks run over this
+    /// network too).
+    faulty: AtomicBool,
 }
 
 impl MemoryNetwork {
@@ -76,6 +79,7 @@ impl MemoryNetwork {
     /// through none. What the previous faults held back or delayed is delivered first, so
     /// nothing stays in limbo.
     pub fn set_faults(&self, faults: Option<FaultConfig>) {
+        self.inner.faulty.store(faults.is_some(), Ordering::Release);
         let old = std::mem::replace(
             &mut *self.inner.faults.lock(),
             faults.map(Faults::new).map(Arc::new),
@@ -115,6 +119,9 @@ impl MemoryNetwork {
     }
 
     fn deliver(&self, from: SocketAddr, to: SocketAddr, data: Vec<u8>) -> bool {
+        if !self.inner.faulty.load(Ordering::Acquire) {
+            return self.deliver_now(from, to, data);
+        }
         let faults = self.inner.faults.lock().clone();
         match faults {
             Some(f) if f.matches(from, to, &data) => f.offer(self, from, to, data),
