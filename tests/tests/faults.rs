@@ -99,6 +99,19 @@ fn send_numbered(from: &Node, to: &Node, n: u32) -> std::thread::JoinHandle<()> 
     })
 }
 
+/// Sends packets `0..n` a → b, draining b meanwhile, until the injector numbered all of them;
+/// then releases what it still holds back.
+fn send_through(net: &MemoryNetwork, (a, b): (&Node, &Node), n: u32, inbox: &mut Inbox) {
+    let sender = send_numbered(a, b, n);
+    let sent = wait_for(PATIENCE, || {
+        inbox.drain(b);
+        net.fault_stats().matched >= u64::from(n)
+    });
+    assert!(sent, "sent {:?}", net.fault_stats());
+    sender.join().unwrap();
+    net.flush_faults();
+}
+
 /// The numbered packets a node's TUN received, in arrival order.
 #[derive(Default)]
 struct Inbox {
@@ -236,18 +249,8 @@ fn reorder_run(
     let faults = FaultConfig::builder(seed).reordering(rate, depth);
     net.set_faults(Some(on_transport(&a, &b, faults)));
     let before = b.dev.stats().drop_replay;
-    let sender = send_numbered(&a, &b, n);
     let mut inbox = Inbox::default();
-    // Everything is sent once the injector numbered all n; then release what it still holds.
-    assert!(
-        wait_for(PATIENCE, || {
-            inbox.drain(&b);
-            net.fault_stats().matched == u64::from(n)
-        }),
-        "seed {seed}: sent"
-    );
-    sender.join().unwrap();
-    net.flush_faults();
+    send_through(&net, (&a, &b), n, &mut inbox);
     // The receiver refuses exactly the datagrams that arrived more than the window behind the
     // highest counter it had seen, and takes all the others.
     let done = inbox.wait(&b, |inbox| {
@@ -290,15 +293,8 @@ fn packets_reordered_within_the_replay_window_are_accepted_in_arrival_order() {
     let (tap, wire) = crossbeam_channel::unbounded();
     net.set_tap(Some(tap));
     const N: u32 = 4000;
-    let sender = send_numbered(&a, &b, N);
     let mut inbox = Inbox::default();
-    let sent = wait_for(PATIENCE, || {
-        inbox.drain(&b);
-        net.fault_stats().matched == u64::from(N)
-    });
-    assert!(sent, "seed {seed}: sent");
-    sender.join().unwrap();
-    net.flush_faults();
+    send_through(&net, (&a, &b), N, &mut inbox);
     assert!(
         inbox.wait(&b, |inbox| inbox.got.len() == N as usize),
         "seed {seed}: got {} of {N}, {:?}",
@@ -736,4 +732,40 @@ fn a_rekey_under_reordering_loses_no_packet() {
     );
     inbox.assert_no_duplicates(seed);
     assert!(net.fault_stats().reordered > 0);
+}
+
+#[test]
+fn the_same_seed_reproduces_the_same_faults_and_deliveries_through_a_tunnel() {
+    const N: u32 = 2000;
+    let seed = seed(14);
+    let run = || {
+        let net = MemoryNetwork::new();
+        let (_clock, a, b) = fake_pair(&net);
+        let faults = FaultConfig::builder(seed)
+            .loss(0.05)
+            .duplication(0.05)
+            .corruption(0.05)
+            .reordering(0.05, 1..=100);
+        net.set_faults(Some(on_transport(&a, &b, faults)));
+        let mut inbox = Inbox::default();
+        send_through(&net, (&a, &b), N, &mut inbox);
+        // Every packet neither lost nor damaged arrives (all late ones are within the window).
+        let f = net.fault_stats();
+        let want = (f.matched - f.lost - f.corrupted) as usize;
+        assert!(
+            inbox.wait(&b, |inbox| inbox.got.len() >= want),
+            "seed {seed}: got {} of {want}",
+            inbox.got.len()
+        );
+        (net.fault_stats(), inbox.got)
+    };
+    let (first, second) = (run(), run());
+    assert_eq!(
+        first.0, second.0,
+        "seed {seed}: the injector decided differently"
+    );
+    assert_eq!(
+        first.1, second.1,
+        "seed {seed}: the tunnel delivered differently"
+    );
 }
