@@ -77,7 +77,8 @@ impl MemoryNetwork {
 
     /// Runs every datagram sent from now on (and every injected one) through `faults`, or
     /// through none. What the previous faults held back or delayed is delivered first, so
-    /// nothing stays in limbo.
+    /// nothing stays in limbo (a datagram being sent at that very moment may still meet the
+    /// previous faults: replace them between a scenario's phases, not in the middle of one).
     pub fn set_faults(&self, faults: Option<FaultConfig>) {
         self.inner.faulty.store(faults.is_some(), Ordering::Release);
         let old = std::mem::replace(
@@ -100,7 +101,8 @@ impl MemoryNetwork {
     }
 
     /// Delivers, now, every datagram the faults hold back or delay (a reordered datagram waits
-    /// for later ones on its link: when the link goes quiet, this lets it go).
+    /// for later ones on its link: when the link goes quiet, this lets it go). One the delay
+    /// line is handing over at that moment arrives by its hand, just after.
     pub fn flush_faults(&self) {
         let faults = self.inner.faults.lock().clone();
         if let Some(f) = faults {
