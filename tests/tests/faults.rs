@@ -1,6 +1,6 @@
 //! Tunnels over a misbehaving network: the in-memory network's seeded fault injector loses,
 //! duplicates, corrupts, reorders and delays datagrams, and these scenarios pin what the device
-//! promises through it (`docs/testing.md`, "Fault injection").
+//! promises through it (`docs/testing.md`, "What the tunnel promises through it").
 //!
 //! Every scenario runs on a fake clock that only the test advances: no timer fires behind the
 //! test's back (no keepalive, no rekey), so the datagrams on a link are exactly the ones the
