@@ -5,8 +5,8 @@
 //! Every scenario runs on a fake clock that only the test advances: no timer fires behind the
 //! test's back (no keepalive, no rekey), so the datagrams on a link are exactly the ones the
 //! test caused and the injector's numbering of a link's transport messages follows their nonce
-//! counters. Set `VPN_FAULT_SEED` to rerun with other fault decisions; every failure names its
-//! seed.
+//! counters. Set `VPN_FAULT_SEED` to rerun with other fault decisions; every failure prints
+//! its seed.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -32,6 +32,18 @@ fn seed(default: u64) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
+}
+
+/// Prints the seed when the test fails, whatever assertion failed (a drop guard: keep it alive
+/// for the whole test).
+struct NameSeedOnFailure(u64);
+
+impl Drop for NameSeedOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("failed with VPN_FAULT_SEED={}", self.0);
+        }
+    }
 }
 
 /// Two nodes on a fake clock that know each other, no handshake yet.
@@ -174,6 +186,7 @@ fn damage_drops(s: &Stats) -> u64 {
 fn loss_duplication_and_corruption_keep_per_flow_order_and_every_drop_is_counted() {
     const N: u32 = 6000;
     let seed = seed(1);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (_clock, a, b) = fake_pair(&net);
     let faults = FaultConfig::builder(seed)
@@ -217,6 +230,7 @@ fn loss_duplication_and_corruption_keep_per_flow_order_and_every_drop_is_counted
 fn duplicates_are_dropped_by_the_replay_window_and_counted() {
     const N: u32 = 4000;
     let seed = seed(2);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (_clock, a, b) = fake_pair(&net);
     let faults = FaultConfig::builder(seed).duplication(0.2);
@@ -286,6 +300,7 @@ fn reorder_run(
 #[test]
 fn packets_reordered_within_the_replay_window_are_accepted_in_arrival_order() {
     let seed = seed(3);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (_clock, a, b) = fake_pair(&net);
     let faults = FaultConfig::builder(seed).reordering(0.05, 1..=300);
@@ -322,6 +337,7 @@ fn packets_reordered_within_the_replay_window_are_accepted_in_arrival_order() {
 #[test]
 fn a_packet_held_back_by_exactly_the_window_is_accepted() {
     let seed = seed(4);
+    let _on_failure = NameSeedOnFailure(seed);
     let (inbox, f, refused) =
         reorder_run(seed, 0.002, REPLAY_WINDOW_SIZE..=REPLAY_WINDOW_SIZE, 14_000);
     assert_eq!(refused, 0, "seed {seed}: {f:?}");
@@ -335,6 +351,7 @@ fn a_packet_held_back_by_exactly_the_window_is_accepted() {
 #[test]
 fn a_packet_held_back_one_beyond_the_window_is_dropped_and_counted() {
     let seed = seed(5);
+    let _on_failure = NameSeedOnFailure(seed);
     let (inbox, f, refused) = reorder_run(
         seed,
         0.002,
@@ -357,6 +374,7 @@ fn a_packet_held_back_one_beyond_the_window_is_dropped_and_counted() {
 #[test]
 fn reordering_across_the_window_edge_drops_exactly_the_packets_beyond_it() {
     let seed = seed(6);
+    let _on_failure = NameSeedOnFailure(seed);
     let w = REPLAY_WINDOW_SIZE;
     let (_, f, refused) = reorder_run(seed, 0.002, w - 200..=w + 200, 16_000);
     assert!(refused > 0, "seed {seed}: {f:?}");
@@ -410,6 +428,7 @@ fn handshakes_retry_through_heavy_loss_until_the_tunnel_comes_up() {
     let base = seed(7);
     let mut retried = 0;
     for seed in base..base + 3 {
+        let _on_failure = NameSeedOnFailure(seed);
         let net = MemoryNetwork::new();
         let (clock, a, b) = fake_nodes(&net, 1);
         net.set_faults(Some(on_handshakes(FaultConfig::builder(seed).loss(0.6))));
@@ -466,6 +485,7 @@ fn damaged_in_mac2(wire: &crossbeam_channel::Receiver<vpn_conn::memory::Captured
 #[test]
 fn damaged_handshake_messages_are_refused_and_retries_bring_the_tunnel_up() {
     let seed = seed(8);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (clock, a, b) = fake_nodes(&net, 1);
     let (tap, wire) = crossbeam_channel::unbounded();
@@ -510,6 +530,7 @@ fn damaged_handshake_messages_are_refused_and_retries_bring_the_tunnel_up() {
 fn damaged_transport_messages_are_dropped_and_counted_and_the_tunnel_survives() {
     const N: u32 = 4000;
     let seed = seed(9);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (_clock, a, b) = fake_pair(&net);
     // One transport message in three damaged: each is refused before the TUN, and counted.
@@ -542,6 +563,7 @@ fn damaged_transport_messages_are_dropped_and_counted_and_the_tunnel_survives() 
 fn delayed_datagrams_arrive_late_and_the_window_decides_which_are_taken() {
     const N: u32 = 4000;
     let seed = seed(10);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (_clock, a, b) = fake_pair(&net);
     let ms = Duration::from_millis;
@@ -571,6 +593,7 @@ fn delayed_datagrams_arrive_late_and_the_window_decides_which_are_taken() {
 fn a_faulty_peer_does_not_cost_the_other_peers_a_packet() {
     const N: u32 = 3000;
     let seed = seed(11);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let clock = FakeClock::new();
     let node = |n| {
@@ -655,6 +678,7 @@ fn a_faulty_peer_does_not_cost_the_other_peers_a_packet() {
 fn duplicated_and_delayed_handshake_messages_still_make_one_working_session() {
     const ROUNDS: usize = 6;
     let seed = seed(12);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (clock, a, b) = fake_pair(&net);
     let peer = a.dev.peer(&b.key.public_key()).unwrap();
@@ -712,6 +736,7 @@ fn duplicated_and_delayed_handshake_messages_still_make_one_working_session() {
 fn a_rekey_under_reordering_loses_no_packet() {
     const N: u32 = 6000;
     let seed = seed(13);
+    let _on_failure = NameSeedOnFailure(seed);
     let net = MemoryNetwork::new();
     let (clock, a, b) = fake_pair(&net);
     let peer = a.dev.peer(&b.key.public_key()).unwrap();
@@ -752,6 +777,7 @@ fn a_rekey_under_reordering_loses_no_packet() {
 fn the_same_seed_reproduces_the_same_faults_and_deliveries_through_a_tunnel() {
     const N: u32 = 2000;
     let seed = seed(14);
+    let _on_failure = NameSeedOnFailure(seed);
     let run = || {
         let net = MemoryNetwork::new();
         let (_clock, a, b) = fake_pair(&net);
