@@ -32,8 +32,6 @@ pub mod poll;
 #[cfg(all(feature = "posix-kernel", target_os = "linux"))]
 pub mod posix_kernel;
 #[cfg(target_os = "linux")]
-pub mod quinn;
-#[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]
 mod sockaddr;

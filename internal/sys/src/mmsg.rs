@@ -41,23 +41,6 @@ fn zeroed_msghdr() -> libc::msghdr {
     unsafe { std::mem::zeroed() }
 }
 
-/// Runs the send `call` (a `sendmsg`/`sendmmsg` returning a count or -1) until it does not
-/// fail with `EAGAIN`, waiting for `fd` to be writable in between: a blocking socket never
-/// says `EAGAIN`; a non-blocking one (the quinn-udp receive arm) then blocks like one.
-fn retry_when_writable(fd: BorrowedFd<'_>, mut call: impl FnMut() -> isize) -> io::Result<usize> {
-    loop {
-        let r = call();
-        if r >= 0 {
-            return Ok(r as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::WouldBlock {
-            return Err(e);
-        }
-        crate::poll::poll_ready(fd.as_raw_fd(), libc::POLLOUT)?;
-    }
-}
-
 /// One datagram to `dst` with `sendmsg(2)`, `src` as the sticky source when given. Header,
 /// address and control message live on the stack: a lone packet on an idle tunnel would
 /// otherwise touch a batch's worth of header arrays, each cold memory.
@@ -94,7 +77,11 @@ pub fn send_one(
     // SAFETY: `h` points to the address in `name` (length from socket2), to one iovec covering
     // the borrowed `buf` (read-only for sendmsg) and to `clen` written bytes of `ctrl`; all
     // live until the call returns, and nothing is retained after it.
-    retry_when_writable(fd, || unsafe { libc::sendmsg(fd.as_raw_fd(), &h, 0) })
+    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &h, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as usize)
 }
 
 fn zeroed_iovec() -> libc::iovec {
@@ -114,8 +101,6 @@ pub struct RecvBatch {
     /// The iovecs of [`recv_scattered`](Self::recv_scattered): one run of `stride` per datagram,
     /// grown on first use.
     scatter: Vec<libc::iovec>,
-    /// The quinn-udp arm of the receive A/B ([`crate::quinn`]), when chosen.
-    quinn: Option<crate::quinn::QuinnRecv>,
 }
 
 /// The buffers one received datagram's header points to, starting a cache line so that a lone
@@ -147,21 +132,7 @@ impl RecvBatch {
                 })
                 .collect(),
             scatter: Vec::new(),
-            quinn: None,
         }
-    }
-
-    /// Reads through quinn-udp from now on ([`crate::quinn`]; `fd` is set up for it, `v6`
-    /// says its family). Scattered reads are then refused: quinn-udp reads each datagram into
-    /// one buffer.
-    pub fn use_quinn(&mut self, fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
-        self.quinn = Some(crate::quinn::QuinnRecv::new(fd, v6)?);
-        Ok(())
-    }
-
-    /// Whether reads go through quinn-udp ([`use_quinn`](Self::use_quinn)).
-    pub fn is_quinn(&self) -> bool {
-        self.quinn.is_some()
     }
 
     /// The largest batch one call reads.
@@ -232,15 +203,6 @@ impl RecvBatch {
         meta: &mut [RecvMeta],
     ) -> io::Result<usize> {
         let stride = stride.max(1);
-        if let Some(q) = &self.quinn {
-            if seg > 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "quinn-udp reads a datagram into one buffer",
-                ));
-            }
-            return q.recv_strided(fd, bufs, stride, max_len, meta);
-        }
         let slots = bufs.len().div_ceil(stride);
         let n = slots.min(meta.len()).min(self.hdrs.len());
         if n == 0 {
@@ -481,15 +443,18 @@ impl SendBatch {
         // the end of this function, length from socket2) or to none (null, length 0), to iovecs inside `self.iovs` that
         // cover the borrowed `bufs` (read-only for sendmmsg), and to control buffers owned by
         // `self` with the length written. Nothing is retained after the call.
-        let r = retry_when_writable(fd, || unsafe {
+        let r = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
                 self.hdrs.as_mut_ptr(),
                 plans.len() as libc::c_uint,
                 0,
-            ) as isize
-        })?;
-        Ok(r)
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
     }
 }
 

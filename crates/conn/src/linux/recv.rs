@@ -194,18 +194,10 @@ impl Reader {
         connected: Option<Arc<ConnectedSockets>>,
     ) -> Self {
         let gro = fam.gro.then(Gro::new);
-        let mut batch = RecvBatch::new(IDEAL_BATCH_SIZE);
-        if vpn_sys::quinn::enabled() {
-            if let Some(sock) = fam.sock.read().as_ref() {
-                if let Err(e) = batch.use_quinn(sock.as_fd(), fam.v6) {
-                    tracing::warn!("quinn-udp receive path unavailable: {e}");
-                }
-            }
-        }
         Reader {
             fam,
             stats,
-            batch,
+            batch: RecvBatch::new(IDEAL_BATCH_SIZE),
             meta: vec![RecvMeta::default(); IDEAL_BATCH_SIZE],
             gro,
             seg_guess: 0,
@@ -264,10 +256,8 @@ impl Reader {
             if self.fam.is_closed() {
                 return Err(err_closed());
             }
-            let scatter = direct
-                && self.seg_guess > 0
-                && !self.batch.is_quinn()
-                && scatter_fits(&bufs[..runs], self.seg_guess);
+            let scatter =
+                direct && self.seg_guess > 0 && scatter_fits(&bufs[..runs], self.seg_guess);
             if let Some(gro) = self.gro.as_mut().filter(|g| g.has_pending()) {
                 let mut split = Split::default();
                 gro.drain(bufs, sizes, eps, &mut split);
