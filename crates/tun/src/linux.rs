@@ -24,14 +24,13 @@ mod tests;
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use vpn_sys::poll::EventFd;
-use vpn_sys::tun::{self as sys, ControlSocket};
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
+use vpn_sys::poll::EventFd;
+use vpn_sys::tun::{self as sys, ControlSocket};
 
 use crate::offload::split::{finish_single_in_place, frame_packets, split_frame};
 use crate::offload::{GroTable, MAX_PACKET, VIRTIO_NET_HDR_LEN};
