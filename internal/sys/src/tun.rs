@@ -115,18 +115,21 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// `read(2)`: one frame (TUN) or one datagram (netlink).
+#[inline]
 pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the kernel writes at most buf.len() bytes into buf.
     cvt_size(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
 }
 
 /// `write(2)`: one frame.
+#[inline]
 pub fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: the kernel reads at most buf.len() bytes from buf.
     cvt_size(unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) })
 }
 
 /// `writev(2)`: the pieces written as one frame. At most `IOV_MAX` (1024) pieces.
+#[inline]
 pub fn writev(fd: BorrowedFd<'_>, pieces: &[io::IoSlice<'_>]) -> io::Result<usize> {
     let n = libc::c_int::try_from(pieces.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many pieces"))?;
