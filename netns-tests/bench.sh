@@ -25,7 +25,8 @@
 #   IMPLS="veth vpn wggo boringtun"
 #   BASE=main: same-run A/B against a baseline `vpn` built from that git ref in its own
 #   worktree and target directory (target/bench-base/); its runs are interleaved with the
-#   others and the ratios vpn/base are printed and written to the section.
+#   others and the ratios vpn/base are printed and written to the section. With BASE_VPN=path
+#   as well, that executable is the baseline (nothing is built; BASE is its label).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -47,7 +48,12 @@ trap 'exit 130' INT TERM
 need_root
 [ -x "$VPN" ] || { echo "bench.sh: $VPN not found (cargo build --release -p vpn-cli)" >&2; exit 1; }
 BASE="${BASE:-}"
-if [ -n "$BASE" ]; then
+if [ -n "$BASE" ] && [ -n "${BASE_VPN:-}" ]; then
+    # A prebuilt baseline: BASE only names it. BASE_VPN may be a script that runs this tree's
+    # `vpn` with a runtime A/B switch set (one build, both arms).
+    BASE_REV="prebuilt"; export BASE_VPN
+    case " $IMPLS " in *" base "*) ;; *) IMPLS="${IMPLS/vpn/vpn base}" ;; esac
+elif [ -n "$BASE" ]; then
     # The baseline: the ref checked out in a worktree of its own, built into a target
     # directory of its own (nothing of this tree's build is reused or disturbed).
     BASE_TREE="$ROOT/target/bench-base/tree"

@@ -19,6 +19,8 @@
 //! Environment: `HUB_PEERS` (100000), `HUB_IPS` (allowed IPs per peer, 10), `HUB_CLIENTS`
 //! (10000), `HUB_WINDOW` (64).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;

@@ -7,6 +7,8 @@
 //!
 //! Environment: `BENCH_SECONDS` (default 3), `BENCH_FILTER` (substring of the case name).
 
+#![forbid(unsafe_code)]
+
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,5 +1,7 @@
 //! Shared harness for the scenario tests: packet builders and ready-made device pairs.
 
+#![forbid(unsafe_code)]
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -4,6 +4,7 @@
 //! pair reader is still admitted (an idle reader holds no memory) and every reader keeps going
 //! as slabs return.
 
+#![forbid(unsafe_code)]
 #![cfg(target_os = "linux")]
 
 use std::collections::HashSet;

@@ -1,6 +1,8 @@
 //! Two devices over the in-memory network: ping, bulk transfer with order checks, roaming,
 //! crypto-key routing, replay.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

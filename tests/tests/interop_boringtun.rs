@@ -1,6 +1,7 @@
 //! Our device against an independent implementation: boringtun's `Tunn` driven over the
 //! in-memory network. Each side initiates once; data both ways; keepalives; rekey.
 
+#![forbid(unsafe_code)]
 #![cfg(target_os = "linux")]
 
 use boringtun::noise::{Tunn, TunnResult};

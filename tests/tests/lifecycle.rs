@@ -1,6 +1,8 @@
 //! Lifecycle under stress: configuration changes during traffic, up/down storms, and close
 //! leaving no thread behind.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! Two devices over real UDP sockets on 127.0.0.1 (`StdNetBind`: recvmmsg/sendmmsg, GSO/GRO).
 
+#![forbid(unsafe_code)]
 #![cfg(target_os = "linux")]
 
 use std::collections::HashMap;

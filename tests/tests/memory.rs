@@ -1,6 +1,8 @@
 //! The device's one memory cap: with the smallest budget the pool is exhausted all the time under
 //! a flood both ways, readers wait for slabs, and a rekey, a rebind and closing still complete.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

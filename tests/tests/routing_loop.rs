@@ -1,6 +1,8 @@
 //! A peer whose endpoint is routed through the tunnel itself: our own datagrams to it come back
 //! through the TUN and must be dropped there, not sealed and sent round the loop again.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 use vpn_conn::memory::MemoryNetwork;
 use vpn_tests::*;

@@ -2,6 +2,8 @@
 //! device run them; oversized batches are split into device-sized containers in order; the device
 //! refuses once the bind is closing; a closed reader ends alone.
 
+#![forbid(unsafe_code)]
+
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

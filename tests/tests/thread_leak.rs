@@ -1,6 +1,8 @@
 //! Up/down storm, then close: no thread left behind. Its own test binary, so no other test's
 //! threads come and go while it counts.
 
+#![forbid(unsafe_code)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vpn_conn::memory::MemoryNetwork;

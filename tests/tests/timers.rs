@@ -1,6 +1,8 @@
 //! The timer state machine on a fake clock: rekey without loss, expiry, key zeroing, and
 //! handshakes under a cookie flood.
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,5 +1,7 @@
 //! The UAPI text protocol: round trips, every error path, and the output `wg showconf` reads.
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufReader, Cursor};
 use std::sync::Arc;
 use vpn_conn::memory::MemoryNetwork;

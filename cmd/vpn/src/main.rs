@@ -6,6 +6,8 @@
 //! - `vpn up <config|name>` / `vpn down <config|name>`: wg-quick-style tunnels.
 //! - `vpn show [ifname]`, `vpn genkey`, `vpn pubkey`.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

@@ -12,6 +12,8 @@
 //! The TCP endpoints are this test binary itself, re-run inside a namespace with
 //! `VPN_TEST_HELPER` set (see [`helper`]), so the test needs no netcat or python.
 
+#![forbid(unsafe_code)]
+
 mod common;
 use common::{ping, run, sh, skip_reason, wait_for, Lab, SOCK_DIR};
 use std::io::{Read, Write};

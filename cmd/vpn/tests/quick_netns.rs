@@ -5,6 +5,8 @@
 //! checking anything. Set `VPN_DAEMON` to test against another daemon (e.g. wireguard-go).
 //! Namespaces, leftover processes and files are removed by a guard, also on panic.
 
+#![forbid(unsafe_code)]
+
 mod common;
 use common::{sh, skip_reason};
 use std::fs;

@@ -2,6 +2,7 @@
 //! every offload path active: TSO split on TUN read, UDP GSO on send, UDP GRO on receive, TCP GRO
 //! on TUN write (root; skipped with a reason otherwise).
 
+#![forbid(unsafe_code)]
 #![cfg(target_os = "linux")]
 
 mod common;

@@ -6,6 +6,7 @@
 //! there. Nothing is copied between the kernel call and the crypto.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod darwin;
 #[cfg(target_os = "linux")]

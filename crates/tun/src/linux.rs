@@ -1,9 +1,10 @@
 //! The Linux TUN device with TSO/USO on read and GRO on write (`tun/tun_linux.go`).
 //!
-//! tun-rs creates the interface (`/dev/net/tun`, `TUNSETIFF` with `IFF_VNET_HDR`, the
-//! `TUNSETOFFLOAD` probe for USO); from there on both [`LinuxTun::create`] and
+//! [`LinuxTun::create`] opens the interface (`/dev/net/tun`, `TUNSETIFF` with `IFF_VNET_HDR`,
+//! falling back to a plain TUN when the TCP offloads are refused); from there on both it and
 //! [`LinuxTun::from_fd`] run the same fd-based code: read the flags back, require TCP offloads
-//! when the fd has a virtio header, set non-blocking, and start the netlink listener.
+//! when the fd has a virtio header, try USO, set non-blocking, and start the netlink listener.
+//! The system calls themselves live in `vpn_sys::tun` (this crate forbids `unsafe`).
 //!
 //! Close wakes blocked readers with an eventfd: readers and writers first try the non-blocking
 //! syscall and only on `EAGAIN` wait in `poll` on the TUN fd plus the eventfd. Under load that
@@ -18,7 +19,6 @@
 //! stays in the scratch for the next call.
 
 mod events;
-mod sys;
 #[cfg(test)]
 mod tests;
 
@@ -29,6 +29,8 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
+use vpn_sys::poll::EventFd;
+use vpn_sys::tun::{self as sys, ControlSocket};
 
 use crate::offload::split::{finish_single_in_place, frame_packets, split_frame};
 use crate::offload::{GroTable, MAX_PACKET, VIRTIO_NET_HDR_LEN};
@@ -39,6 +41,16 @@ use crate::{too_many_segments, Device, Event};
 const OFFLOAD_BATCH: usize = 128;
 /// wireguard-go's event channel capacity.
 const EVENT_CAPACITY: usize = 5;
+/// The offloads a TUN with virtio headers must take (wireguard-go's `tunTCPOffloads`).
+const TCP_OFFLOADS: libc::c_uint = sys::TUN_F_CSUM | sys::TUN_F_TSO4 | sys::TUN_F_TSO6;
+
+/// Opens `name` with virtio headers and checks that the kernel takes the TCP offloads (which
+/// [`LinuxTun::from_fd`] requires of such an fd): an error means "use a plain TUN".
+fn open_with_offloads(name: &str) -> io::Result<OwnedFd> {
+    let fd = sys::open(name, true)?;
+    sys::set_offload(fd.as_fd(), TCP_OFFLOADS)?;
+    Ok(fd)
+}
 
 /// Counters of a [`LinuxTun`], for statistics. Incremented per frame (`read(2)`/`write(2)` of
 /// one packet or super-packet) or per call, never per segment.
@@ -87,12 +99,12 @@ pub struct LinuxTun {
     fd: OwnedFd,
     name: String,
     /// Interface ioctls go through this socket, created in the device's network namespace.
-    ctl: OwnedFd,
+    ctl: ControlSocket,
     vnet: bool,
     uso: bool,
     batch: usize,
     /// Signalled once by `close`; stays readable so every poller wakes.
-    wake: Arc<OwnedFd>,
+    wake: Arc<EventFd>,
     /// The frame scratch and a frame read ahead that did not fit; also serializes readers.
     read_frame: Mutex<ReadState>,
     /// GRO tables, reused across writes; also serializes writers (as wireguard-go's writeOpMu).
@@ -114,29 +126,24 @@ impl LinuxTun {
     /// `read(2)`, no virtio-net header): for kernels or paths that mishandle the offloads, and for
     /// comparisons.
     pub fn create_with_offload(name: &str, mtu: u32, offload: bool) -> io::Result<Self> {
-        let mtu16 = u16::try_from(mtu)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "MTU above 65535"))?;
-        let build = |offload: bool| {
-            let mut b = tun_rs::DeviceBuilder::new()
-                .offload(offload)
-                .inherit_enable_state();
-            if !name.is_empty() {
-                b = b.name(name);
+        if mtu > 65535 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "MTU above 65535",
+            ));
+        }
+        let fd = if offload {
+            match open_with_offloads(name) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    tracing::info!("TUN offloads unavailable ({e}); one packet per read(2)");
+                    sys::open(name, false)?
+                }
             }
-            if mtu16 > 0 {
-                b = b.mtu(mtu16);
-            }
-            b.build_sync()
+        } else {
+            sys::open(name, false)?
         };
-        let dev = match build(offload) {
-            Ok(d) => d,
-            Err(e) if offload => {
-                tracing::info!("TUN offloads unavailable ({e}); one packet per read(2)");
-                build(false)?
-            }
-            Err(e) => return Err(e),
-        };
-        Self::from_fd(sys::into_owned_fd(dev), 0)
+        Self::from_fd(fd, mtu)
     }
 
     /// Whether the write path verifies each packet's transport checksum before merging it into a
@@ -151,7 +158,7 @@ impl LinuxTun {
     /// the TCP offloads are required and USO is tried; without it there is no offload (one
     /// packet per `read(2)`, batched by reading ahead). Sets the MTU unless `mtu` is 0.
     pub fn from_fd(fd: OwnedFd, mtu: u32) -> io::Result<Self> {
-        let (name, flags) = sys::tun_get_iff(fd.as_fd())?;
+        let (name, flags) = sys::get_iff(fd.as_fd())?;
         if flags & libc::IFF_TUN == 0 || flags & libc::IFF_TAP != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -159,26 +166,25 @@ impl LinuxTun {
             ));
         }
         let vnet = flags & libc::IFF_VNET_HDR != 0;
-        let tcp = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
         let uso = if vnet {
-            sys::tun_set_offload(fd.as_fd(), tcp)?;
-            sys::tun_set_offload(fd.as_fd(), tcp | libc::TUN_F_USO4 | libc::TUN_F_USO6).is_ok()
+            sys::set_offload(fd.as_fd(), TCP_OFFLOADS)?;
+            sys::set_offload(fd.as_fd(), TCP_OFFLOADS | sys::TUN_F_USO4 | sys::TUN_F_USO6).is_ok()
         } else {
             // Offload flags are per device: clear any a previous owner left, or the kernel
             // would hand us super-packets we cannot tell apart.
-            if let Err(e) = sys::tun_set_offload(fd.as_fd(), 0) {
+            if let Err(e) = sys::set_offload(fd.as_fd(), 0) {
                 tracing::warn!("TUN {name}: clearing offload flags failed: {e}");
             }
             false
         };
         sys::set_nonblocking(fd.as_fd())?;
-        let ctl = sys::control_socket()?;
+        let ctl = ControlSocket::new()?;
         if mtu > 0 {
-            sys::set_if_mtu(ctl.as_fd(), &name, mtu)?;
+            ctl.set_mtu(&name, mtu)?;
         }
-        let ifindex = sys::if_index(ctl.as_fd(), &name)?;
-        let running = sys::if_flags(ctl.as_fd(), &name)? & libc::IFF_RUNNING != 0;
-        let wake = Arc::new(sys::eventfd()?);
+        let ifindex = ctl.index(&name)?;
+        let running = ctl.flags(&name)? & sys::IFF_RUNNING != 0;
+        let wake = Arc::new(EventFd::new()?);
         let nl = sys::netlink_link_socket()?;
         let (tx, events) = crossbeam_channel::bounded(EVENT_CAPACITY);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
@@ -210,7 +216,7 @@ impl LinuxTun {
 
     /// Sets the interface MTU.
     pub fn set_mtu(&self, mtu: u32) -> io::Result<()> {
-        sys::set_if_mtu(self.ctl.as_fd(), &self.name, mtu)
+        self.ctl.set_mtu(&self.name, mtu)
     }
 
     /// Whether the fd carries virtio headers (TSO on read, TCP GRO on write).
@@ -258,7 +264,7 @@ impl LinuxTun {
             if self.is_closed() {
                 return Err(closed());
             }
-            match sys::read(self.fd.as_raw_fd(), buf) {
+            match sys::read(self.fd.as_fd(), buf) {
                 Ok(n) => return Ok((n, waited)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLIN)?;
@@ -274,7 +280,7 @@ impl LinuxTun {
     /// error (a lasting error shows again on the next blocking read).
     fn try_read(&self, buf: &mut [u8]) -> Option<usize> {
         loop {
-            match sys::read(self.fd.as_raw_fd(), buf) {
+            match sys::read(self.fd.as_fd(), buf) {
                 Ok(n) => return Some(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return None,
@@ -291,8 +297,8 @@ impl LinuxTun {
     fn write_pieces(&self, pieces: &[io::IoSlice<'_>]) -> io::Result<()> {
         loop {
             let r = match pieces {
-                [one] => sys::write(self.fd.as_raw_fd(), one),
-                _ => sys::writev(self.fd.as_raw_fd(), pieces),
+                [one] => sys::write(self.fd.as_fd(), one),
+                _ => sys::writev(self.fd.as_fd(), pieces),
             };
             match r {
                 Ok(_) => return Ok(()),
@@ -538,7 +544,7 @@ impl Device for LinuxTun {
     }
 
     fn mtu(&self) -> io::Result<u32> {
-        sys::if_mtu(self.ctl.as_fd(), &self.name)
+        self.ctl.mtu(&self.name)
     }
 
     fn name(&self) -> io::Result<String> {
@@ -550,8 +556,7 @@ impl Device for LinuxTun {
     }
 
     fn close(&self) -> io::Result<()> {
-        self.shutdown
-            .close(&self.name, || sys::eventfd_signal(self.wake.as_fd()))
+        self.shutdown.close(&self.name, || self.wake.signal())
     }
 
     fn batch_size(&self) -> usize {

@@ -39,6 +39,13 @@ pub fn boottime() -> Duration {
     )
 }
 
+/// Whether the process runs with effective uid 0 (tests that need CAP_NET_ADMIN skip
+/// otherwise).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and passes no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Runs `f` with the process umask set to `mask`, then restores the previous mask.
 ///
 /// The umask is process-wide: files other threads create meanwhile get the same mask. The
@@ -80,7 +87,7 @@ pub enum Watch {
 /// waiter promptly (closing an fd does not wake a thread blocked on it).
 pub struct Inotify {
     fd: OwnedFd,
-    wake: OwnedFd,
+    wake: crate::poll::EventFd,
 }
 
 #[cfg(target_os = "linux")]
@@ -103,7 +110,7 @@ impl Inotify {
         }
         Ok(Inotify {
             fd,
-            wake: eventfd()?,
+            wake: crate::poll::EventFd::new()?,
         })
     }
 
@@ -111,59 +118,21 @@ impl Inotify {
     /// until a wait sees it (and consumes it), so a wake before the wait is not lost.
     pub fn wait(&self) -> io::Result<Watch> {
         loop {
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.wake.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if fds[1].revents != 0 {
-                let mut count = 0u64;
-                // SAFETY: reads 8 bytes into a local u64 (resets the eventfd's counter).
-                unsafe {
-                    libc::read(
-                        self.wake.as_raw_fd(),
-                        (&mut count as *mut u64).cast(),
-                        std::mem::size_of::<u64>(),
-                    )
-                };
+            if crate::poll::poll_or_wake(self.fd.as_raw_fd(), libc::POLLIN, self.wake.as_fd())? {
+                self.wake.reset();
                 return Ok(Watch::Woken);
             }
-            if fds[0].revents != 0 {
-                let mask = self.read_events()?;
-                if mask != 0 {
-                    return Ok(Watch::Events(mask));
-                }
+            let mask = self.read_events()?;
+            if mask != 0 {
+                return Ok(Watch::Events(mask));
             }
         }
     }
 
     /// Wakes the thread in [`wait`](Self::wait) (or the next call to it).
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a local u64 to our eventfd.
-        unsafe {
-            libc::write(
-                self.wake.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        // Fails only if the eventfd were not one; nothing to report to a waker.
+        let _ = self.wake.signal();
     }
 
     /// Drains queued events and returns the union of their masks (0 if none were queued).
@@ -208,17 +177,6 @@ fn parse_event_masks(buf: &[u8]) -> u32 {
         off += HEADER + word(12) as usize;
     }
     mask
-}
-
-#[cfg(target_os = "linux")]
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: no pointers; returns a new fd or -1.
-    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh fd nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {

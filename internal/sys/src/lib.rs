@@ -4,8 +4,8 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting for a descriptor
-//! or a close ([`poll`]). Every `unsafe` block
+//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]), the TUN device's calls
+//! ([`tun`]) and waiting for a descriptor or a close ([`poll`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
@@ -37,3 +37,5 @@ pub mod sched;
 mod sockaddr;
 #[cfg(target_os = "linux")]
 pub mod sockopt;
+#[cfg(target_os = "linux")]
+pub mod tun;

@@ -3,8 +3,66 @@
 //! makes readable. A connected socket needs none: `shutdown(2)` wakes its waiter (it becomes
 //! readable), on darwin as on Linux; an unconnected one on darwin is not woken by `shutdown`.
 
+//!
+//! [`poll_or_wake`] is the one "readable or woken" wait of the project: the Linux and darwin
+//! TUN readers and writers, the TUN's netlink listener, the darwin bind and the daemon's
+//! inotify watch all wait in it.
+
 use std::io;
+#[cfg(target_os = "linux")]
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+
+/// A non-blocking eventfd, the Linux wake descriptor for [`poll_or_wake`]. Once signalled it
+/// stays readable (every waiter wakes) until [`reset`](Self::reset).
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+#[cfg(target_os = "linux")]
+impl EventFd {
+    /// A new eventfd, not signalled, non-blocking and close-on-exec.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: eventfd(2) with constant arguments passes no memory.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(raw) }))
+    }
+
+    /// Makes the eventfd readable (a no-op when it already is).
+    pub fn signal(&self) -> io::Result<()> {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, which outlives the call.
+        let r = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            // The counter is saturated: it is readable already.
+            if e.kind() != io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Consumes the signals so far: the eventfd is not readable until the next
+    /// [`signal`](Self::signal).
+    pub fn reset(&self) {
+        let mut count = 0u64;
+        // SAFETY: reads at most 8 bytes into `count`, which outlives the call. Not signalled
+        // (EAGAIN) is the state wanted, so the result does not matter.
+        unsafe { libc::read(self.0.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
 
 /// Waits until `fd` has `events` (`POLLIN` or `POLLOUT`) or `wake` is readable, without a
 /// timeout (an idle waiter costs no wake-ups). Returns whether `wake` fired. EINTR is retried.
@@ -71,6 +129,21 @@ mod tests {
         wa.write_all(b"x").unwrap();
         assert!(poll_or_wake(b.as_raw_fd(), libc::POLLIN, wb.as_fd()).unwrap());
         poll_ready(b.as_raw_fd(), libc::POLLIN).unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_eventfd_wakes_every_wait_until_reset() {
+        let (_a, b) = UnixStream::pair().unwrap();
+        let wake = EventFd::new().unwrap();
+        wake.signal().unwrap();
+        wake.signal().unwrap();
+        assert!(poll_or_wake(b.as_raw_fd(), libc::POLLIN, wake.as_fd()).unwrap());
+        assert!(poll_or_wake(b.as_raw_fd(), libc::POLLIN, wake.as_fd()).unwrap());
+        wake.reset();
+        let mut a = _a;
+        a.write_all(b"x").unwrap();
+        assert!(!poll_or_wake(b.as_raw_fd(), libc::POLLIN, wake.as_fd()).unwrap());
     }
 
     #[test]

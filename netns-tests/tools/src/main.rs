@@ -13,6 +13,8 @@
 //! Each prints one summary line of counts and exits 0 when its time is up; it exits 2 on a usage
 //! error. Only std: the suite builds it on a fresh CI machine without extra packages.
 
+#![forbid(unsafe_code)]
+
 mod count;
 mod relay;
 mod rng;

@@ -14,8 +14,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use super::sys;
 use crate::Event;
+use vpn_sys::poll::EventFd;
+use vpn_sys::tun as sys;
 
 const NLMSG_HDR_LEN: usize = 16;
 const IFINFOMSG_LEN: usize = 16;
@@ -67,7 +68,7 @@ pub(crate) fn link_events(
 /// The thread ends when `wake` becomes readable or `stop` disconnects; `tx` drops with it.
 pub(crate) fn spawn(
     nl: OwnedFd,
-    wake: Arc<OwnedFd>,
+    wake: Arc<EventFd>,
     ifindex: i32,
     initially_up: bool,
     tx: Sender<Event>,
@@ -98,7 +99,7 @@ pub(crate) fn spawn(
                     }
                 }
                 loop {
-                    match sys::read(nl.as_raw_fd(), &mut buf) {
+                    match sys::read(nl.as_fd(), &mut buf) {
                         Ok(n) => {
                             let mut keep = true;
                             link_events(&buf[..n], ifindex, &mut was_up, &mut |e| {

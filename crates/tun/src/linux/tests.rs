@@ -14,7 +14,7 @@ use crate::offload::{be16, put16};
 const OFF: usize = 16;
 
 fn skip_reason() -> Option<&'static str> {
-    if !sys::is_root() {
+    if !vpn_sys::daemon::is_root() {
         Some("not root")
     } else if !std::path::Path::new("/dev/net/tun").exists() {
         Some("no /dev/net/tun")
@@ -53,7 +53,7 @@ impl Netns {
         let path = format!("/run/netns/{}", self.0);
         std::thread::scope(|s| {
             let h = s.spawn(|| {
-                sys::setns_net(&path).expect("setns");
+                sys::enter_netns(&path).expect("setns");
                 f()
             });
             match h.join() {
@@ -116,22 +116,14 @@ fn create_mtu_and_offload_flags() {
 fn from_fd_with_and_without_virtio_header() {
     require_root!();
     Netns::new().run(|| {
-        let plain = tun_rs::DeviceBuilder::new()
-            .name("vt1")
-            .offload(false)
-            .build_sync()
-            .unwrap();
-        let tun = LinuxTun::from_fd(sys::into_owned_fd(plain), 1300).unwrap();
+        let plain = sys::open("vt1", false).unwrap();
+        let tun = LinuxTun::from_fd(plain, 1300).unwrap();
         assert!(!tun.offload_enabled() && !tun.uso_enabled());
         assert_eq!((tun.batch_size(), tun.mtu().unwrap()), (128, 1300));
         udp_both_ways(&tun, "vt1", 1);
 
-        let vnet = tun_rs::DeviceBuilder::new()
-            .name("vt2")
-            .offload(true)
-            .build_sync()
-            .unwrap();
-        let tun = LinuxTun::from_fd(sys::into_owned_fd(vnet), 0).unwrap();
+        let vnet = sys::open("vt2", true).unwrap();
+        let tun = LinuxTun::from_fd(vnet, 0).unwrap();
         assert!(tun.offload_enabled());
         assert_eq!(tun.batch_size(), 128);
         udp_both_ways(&tun, "vt2", 2);
