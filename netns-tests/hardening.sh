@@ -3,7 +3,7 @@
 # errors through a NAT router, and deleting the namespaces that hold the TUN or the socket.
 # The kernel's own netns.sh checks the same things for the in-kernel WireGuard.
 
-HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete)
+HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete inherited_fds)
 
 # Plaintext on the wire for an inner packet of $1 bytes under TUN MTU $2: padded to a multiple
 # of 16 but never beyond the MTU, plus the 32-byte transport header and tag.
@@ -332,4 +332,85 @@ scenario_netns_delete() {
     wait_for "! n $E ip link show $ve" 20 || fail "D is still alive (its veth end is still in E): something holds it"
     echo "  D freed: its veth end is gone from E"
     must "E's daemon unaffected" n "$E" wg show "$WE" >/dev/null
+}
+
+# Started with inherited descriptors, as a supervisor starts wireguard-go: a small supervisor
+# (fdpass.py) opens the TUN and the listening UAPI socket in A and exec()s the daemon with
+# WG_TUN_FD and WG_UAPI_FD. `wg` configures it through that socket, traffic flows both ways
+# (plain TUN and one with the virtio-net header), the daemon uses the descriptors it was given
+# (it opened no TUN of its own) and stops cleanly on SIGTERM. Then every kind of bad descriptor
+# (not a number, stdio, closed, not a TUN, not a listening Unix stream socket) stops the daemon
+# at start with an error naming the variable and a non-zero status, in the foreground and
+# through the detaching parent, never a panic.
+scenario_inherited_fds() {
+    make_pair fd
+    local FDPASS="$HERE/fdpass.py" spec
+    WA="$(ifname fdaw)"; WB="$(ifname fdbw)"
+    KA="$(wg genkey)"; KB="$(wg genkey)"; PA="$(pubkey "$KA")"; PB="$(pubkey "$KB")"
+    start_daemon vpn "$B" "$WB"
+    n "$B" wg set "$WB" private-key <(echo "$KB") listen-port 51820 \
+        peer "$PA" endpoint 198.18.0.1:51820 allowed-ips 100.64.0.1/32,fd00::1/128
+    tunnel_addrs "$B" 2 "$WB"
+    for spec in tun tun-vnet; do
+        local sock="$SOCK_DIR/$WA.sock" log="$STATE/$WA.$spec.log"
+        echo "$sock" >>"$STATE/socks"
+        # The supervisor names the daemon something else: the TUN's own name wins, as in
+        # wireguard-go, and the UAPI socket is the supervisor's.
+        (exec ip netns exec "$(ns "$A")" python3 "$FDPASS" --tun "$spec:$WA" --uapi "listen:$sock" \
+            -- "$VPN" --foreground "$(ifname fdxx)" >"$log" 2>&1) &
+        local pid=$!; track_pid "$pid"
+        wait_for "grep -q 'device started' $log" 10 || fail "$spec: daemon did not start: $(cat "$log")"
+        local tunfds; tunfds="$(ls -l /proc/"$pid"/fd | grep -c /dev/net/tun || true)"
+        [ "$tunfds" -eq 1 ] || fail "$spec: the daemon holds $tunfds TUN descriptors, expected the inherited one"
+        n "$A" wg set "$WA" private-key <(echo "$KA") listen-port 51820 \
+            peer "$PB" endpoint 198.18.0.2:51820 allowed-ips 100.64.0.2/32,fd00::2/128
+        tunnel_addrs "$A" 1 "$WA"
+        must "$spec: ping A->B through inherited fds" ping4 "$A" 100.64.0.2
+        must "$spec: ping B->A through inherited fds" ping4 "$B" 100.64.0.1
+        must "$spec: ping -6 A->B through inherited fds" ping6 "$A" fd00::2
+        [ "$(n "$A" wg show "$WA" public-key)" = "$PA" ] || fail "$spec: wg show through the inherited socket"
+        echo "  $spec: daemon $pid on inherited TUN and UAPI fds; pings both ways"
+        kill -TERM "$pid"
+        wait_for "! kill -0 $pid" 10 || fail "$spec: daemon did not stop on SIGTERM"
+        local rc=0; wait "$pid" || rc=$?
+        [ "$rc" -eq 0 ] || fail "$spec: exit status $rc: $(cat "$log")"
+        [ ! -e "$sock" ] || fail "$spec: UAPI socket left behind"
+        # The TUN was the supervisor's (non-persistent): gone with the last descriptor.
+        wait_for "! n $A ip link show $WA" 5 || fail "$spec: TUN still there after the daemon exited"
+    done
+    # Bad descriptors: <tun spec> <uapi spec> <expected words>.
+    local sock="$SOCK_DIR/$(ifname fdbad).sock"
+    echo "$sock" >>"$STATE/socks"
+    local cases=(
+        "text:abc|listen:$sock|WG_TUN_FD=\"abc\" is not a file descriptor number"
+        "text:-3|listen:$sock|WG_TUN_FD=\"-3\" is not a file descriptor number"
+        "text:1|listen:$sock|WG_TUN_FD=1: fd 1 is standard input, output or error"
+        "closed|listen:$sock|is not open in this process"
+        "file|listen:$sock|not a usable TUN device"
+        "udp|listen:$sock|not a usable TUN device"
+        "unattached|listen:$sock|not a usable TUN device"
+        "tun:$(ifname fdbad)|text:x1|WG_UAPI_FD=\"x1\" is not a file descriptor number"
+        "tun:$(ifname fdbad)|closed|is not open in this process"
+        "tun:$(ifname fdbad)|file|not a socket"
+        "tun:$(ifname fdbad)|udp|not a Unix socket"
+        "tun:$(ifname fdbad)|dgram:$sock|not a stream socket"
+        "tun:$(ifname fdbad)|unlistened:$sock|not listening"
+    )
+    local c t u want out rc mode fg checked=0
+    for c in "${cases[@]}"; do
+        IFS='|' read -r t u want <<<"$c"
+        for mode in foreground detached; do
+            fg=(--foreground); [ "$mode" = detached ] && fg=()
+            rc=0
+            out="$(n "$A" timeout 10 python3 "$FDPASS" --tun "$t" --uapi "$u" -- "$VPN" "${fg[@]}" "$(ifname fdbad)" 2>&1)" || rc=$?
+            [ "$rc" -ne 0 ] || fail "$mode WG_TUN_FD=$t WG_UAPI_FD=$u: the daemon started"
+            [ "$rc" -ne 124 ] || fail "$mode WG_TUN_FD=$t WG_UAPI_FD=$u: still running after 10 s"
+            ! contains "$out" "panicked" || fail "$mode $t/$u: panic: $out"
+            contains "$out" "$want" || fail "$mode $t/$u: expected \"$want\", got: $out"
+            checked=$((checked + 1))
+        done
+        echo "  refused ($t, $u): $(echo "$out" | head -1)"
+    done
+    echo "  $checked bad starts refused with a clear error and a non-zero status"
+    must_not "a TUN left after the refused starts" n "$A" ip link show "$(ifname fdbad)" 2>/dev/null
 }

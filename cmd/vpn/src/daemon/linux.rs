@@ -3,6 +3,7 @@
 //! `SCHED_BATCH` for the light direction of bulk traffic.
 
 use super::{memory_budget, Parts, DEFAULT_MTU};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::{ConnectedOptions, StdNetBind};
@@ -93,7 +94,11 @@ impl Counter for TscCounter {
 
 fn open_tun(ifname: &str) -> Result<LinuxTun, crate::Error> {
     match super::inherited_fd("WG_TUN_FD")? {
-        Some(fd) => Ok(LinuxTun::from_fd(fd, DEFAULT_MTU).map_err(|e| format!("WG_TUN_FD: {e}"))?),
+        Some(fd) => {
+            let raw = fd.as_raw_fd();
+            Ok(LinuxTun::from_fd(fd, DEFAULT_MTU)
+                .map_err(|e| format!("WG_TUN_FD={raw}: not a usable TUN device: {e}"))?)
+        }
         // `VPN_TUN_OFFLOAD=0`: a plain TUN without the virtio-net header (see `VPN_UDP_OFFLOAD`).
         None => {
             let offload = std::env::var("VPN_TUN_OFFLOAD").map_or(true, |v| v != "0");
