@@ -3,7 +3,7 @@
 # errors through a NAT router, and deleting the namespaces that hold the TUN or the socket.
 # The kernel's own netns.sh checks the same things for the in-kernel WireGuard.
 
-HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete inherited_fds)
+HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete inherited_fds anti_spoofing)
 
 # Plaintext on the wire for an inner packet of $1 bytes under TUN MTU $2: padded to a multiple
 # of 16 but never beyond the MTU, plus the 32-byte transport header and tag.
@@ -24,19 +24,26 @@ vpn_drops() {
     }' | grep . || echo 0
 }
 
+# A namespace "$1" on its own veth to A: 198.18.$2.2/24 and fd00:18:$2::2/64 (A has .1 and ::1),
+# its routes to the tunnel networks via A.
+namespace_on_a() {
+    local C="$1" net="$2" c1 a1
+    c1="$(ifname "${C}c")"; a1="$(ifname "${C}r")"
+    ns_add "$C"
+    ip link add "$c1" netns "$(ns "$C")" type veth peer name "$a1" netns "$(ns "$A")"
+    n "$C" ip addr add "198.18.$net.2/24" dev "$c1"; n "$C" ip addr add "fd00:18:$net::2/64" dev "$c1" nodad
+    n "$A" ip addr add "198.18.$net.1/24" dev "$a1"; n "$A" ip addr add "fd00:18:$net::1/64" dev "$a1" nodad
+    n "$C" ip link set "$c1" up; n "$A" ip link set "$a1" up
+    n "$C" ip route add 100.64.0.0/24 via "198.18.$net.1"
+    n "$C" ip -6 route add fd00::/64 via "fd00:18:$net::1"
+}
+
 # A client namespace "$1" behind A (from make_pair/tunnel): veth 198.18.2.0/24 and
 # fd00:18:2::/64, routes to the tunnel networks via A, A forwarding, B routing the client's
 # networks back into its tunnel (and allowing them from A).
 client_behind_a() {
-    local C="$1" c1 a1
-    c1="$(ifname "${C}c")"; a1="$(ifname "${C}r")"
-    ns_add "$C"
-    ip link add "$c1" netns "$(ns "$C")" type veth peer name "$a1" netns "$(ns "$A")"
-    n "$C" ip addr add 198.18.2.2/24 dev "$c1"; n "$C" ip addr add fd00:18:2::2/64 dev "$c1" nodad
-    n "$A" ip addr add 198.18.2.1/24 dev "$a1"; n "$A" ip addr add fd00:18:2::1/64 dev "$a1" nodad
-    n "$C" ip link set "$c1" up; n "$A" ip link set "$a1" up
-    n "$C" ip route add 100.64.0.0/24 via 198.18.2.1
-    n "$C" ip -6 route add fd00::/64 via fd00:18:2::1
+    local C="$1"
+    namespace_on_a "$C" 2
     n "$A" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
     n "$B" wg set "$WB" peer "$PA" allowed-ips 100.64.0.1/32,fd00::1/128,198.18.2.0/24,fd00:18:2::/64
     n "$B" ip route add 198.18.2.0/24 dev "$WB"
@@ -413,4 +420,105 @@ scenario_inherited_fds() {
     done
     echo "  $checked bad starts refused with a clear error and a non-zero status"
     must_not "a TUN left after the refused starts" n "$A" ip link show "$(ifname fdbad)" 2>/dev/null
+}
+
+# `vpn up` with a default route installs wg-quick's anti-spoofing rules and `vpn down` removes
+# them. A (vpn up, AllowedIPs 0.0.0.0/0 and ::/0) reaches B through the tunnel; X, on a second
+# veth of A, sends pings to A's tunnel addresses (100.64.0.1, fd00::1) through that veth: they
+# must be dropped while the rules are in place, with nftables and (nft out of PATH) with
+# iptables; the same pings pass once the rules are gone (so the rules are what dropped them).
+# Without either tool `vpn up` refuses with a clear message and leaves nothing behind.
+scenario_anti_spoofing() {
+    make_pair as
+    local X=asx
+    WA="$(ifname asaw)"; WB="$(ifname asbw)"
+    KA="$(wg genkey)"; KB="$(wg genkey)"; PA="$(pubkey "$KA")"; PB="$(pubkey "$KB")"
+    start_daemon vpn "$B" "$WB"
+    n "$B" wg set "$WB" private-key <(echo "$KB") listen-port 51820 peer "$PA" allowed-ips 100.64.0.1/32,fd00::1/128
+    tunnel_addrs "$B" 2 "$WB"
+    namespace_on_a "$X" 3
+    local conf="$STATE/$WA.conf"
+    cat >"$conf" <<CONF
+[Interface]
+PrivateKey = $KA
+Address = 100.64.0.1/24, fd00::1/64
+ListenPort = 51820
+
+[Peer]
+PublicKey = $PB
+Endpoint = 198.18.0.2:51820
+AllowedIPs = 0.0.0.0/0, ::/0
+CONF
+    chmod 600 "$conf"
+    echo "$SOCK_DIR/$WA.sock" >>"$STATE/socks"
+    must "ping X->A's veth address" n "$X" timeout 5 ping -c 1 -W 2 198.18.3.1 >/dev/null
+    # PATH directories with only the tools `vpn up` runs: one without nft, one without either.
+    local bin_ipt="$STATE/bin-iptables" bin_none="$STATE/bin-none" t
+    mkdir -p "$bin_ipt" "$bin_none"
+    for t in ip sysctl sh; do ln -sf "$(command -v "$t")" "$bin_ipt/$t"; ln -sf "$(command -v "$t")" "$bin_none/$t"; done
+    for t in iptables-restore ip6tables-restore iptables-save ip6tables-save; do
+        command -v "$t" >/dev/null || fail "$t is not installed (apt-get install iptables)"
+        ln -sf "$(command -v "$t")" "$bin_ipt/$t"
+    done
+    local out rc=0
+    out="$(n "$A" env PATH="$bin_none" "$VPN" up "$conf" 2>&1)" || rc=$?
+    echo "  no firewall tool: vpn up exits $rc: $(echo "$out" | tail -1)"
+    [ "$rc" -ne 0 ] || fail "vpn up succeeded without nft or iptables"
+    contains "$out" "neither nft (package nftables) nor iptables-restore" || fail "unclear message: $out"
+    contains "$out" "nothing was changed" || fail "unclear message: $out"
+    ! n "$A" ip link show "$WA" >/dev/null 2>&1 || fail "link $WA left behind"
+    [ ! -e "$SOCK_DIR/$WA.sock" ] || fail "UAPI socket left behind"
+    local rules; rules="$(n "$A" ip rule show)"
+    ! contains "$rules" 51820 && ! contains "$rules" 0xca6c || fail "policy rules left behind: $rules"
+    [ -z "$(ip netns pids "$(ns "$A")")" ] || fail "a process left running in A"
+    local mode
+    for mode in nft iptables nft-removed; do
+        local path="$PATH"; [ "$mode" = iptables ] && path="$bin_ipt"
+        n "$A" env PATH="$path" "$VPN" up "$conf" >"$STATE/up.$mode.log" 2>&1 || fail "$mode: vpn up: $(cat "$STATE/up.$mode.log")"
+        case "$mode" in
+            nft|nft-removed)
+                rules="$(n "$A" nft list table ip "wg-quick-$WA")"
+                contains "$rules" "iifname != \"$WA\" ip daddr 100.64.0.1 fib saddr type != local drop" ||
+                    fail "nft: no IPv4 anti-spoofing rule: $rules"
+                rules="$(n "$A" nft list table ip6 "wg-quick-$WA")"
+                contains "$rules" "iifname != \"$WA\" ip6 daddr fd00::1 fib saddr type != local drop" ||
+                    fail "nft: no IPv6 anti-spoofing rule: $rules" ;;
+            iptables)
+                rules="$(n "$A" nft list tables 2>/dev/null)"
+                ! contains "$rules" "wg-quick-$WA" || fail "iptables mode used nft"
+                rules="$(n "$A" iptables-save -t raw)"
+                contains "$rules" "-A PREROUTING -d 100.64.0.1/32 ! -i $WA -m addrtype ! --src-type LOCAL -m comment --comment \"wg-quick(8) rule for $WA\" -j DROP" ||
+                    fail "iptables: no IPv4 anti-spoofing rule: $rules"
+                rules="$(n "$A" ip6tables-save -t raw)"
+                contains "$rules" "-A PREROUTING -d fd00::1/128 ! -i $WA -m addrtype ! --src-type LOCAL -m comment --comment \"wg-quick(8) rule for $WA\" -j DROP" ||
+                    fail "iptables: no IPv6 anti-spoofing rule: $rules" ;;
+        esac
+        must "$mode: ping A->B through the default route" ping4 "$A" 100.64.0.2
+        must "$mode: ping -6 A->B through the default route" ping6 "$A" fd00::2
+        must "$mode: ping B->A" ping4 "$B" 100.64.0.1
+        if [ "$mode" = nft-removed ]; then
+            # The control: the same topology without the rules delivers the spoofed pings.
+            n "$A" nft delete table ip "wg-quick-$WA"; n "$A" nft delete table ip6 "wg-quick-$WA"
+            must "$mode: X's ping to A's tunnel address passes without the rules" \
+                n "$X" timeout 5 ping -c 1 -W 2 100.64.0.1 >/dev/null
+            must "$mode: X's ping -6 to A's tunnel address passes without the rules" \
+                n "$X" timeout 5 ping -6 -c 1 -W 2 fd00::1 >/dev/null
+            echo "  without the rules X reaches A's tunnel addresses (the control)"
+        else
+            must_not "$mode: a spoofed ping from X to A's tunnel address was answered" \
+                n "$X" timeout 5 ping -c 2 -i 0.3 -W 1 100.64.0.1 >/dev/null
+            must_not "$mode: a spoofed ping -6 from X to A's tunnel address was answered" \
+                n "$X" timeout 5 ping -6 -c 2 -i 0.3 -W 1 fd00::1 >/dev/null
+            must "$mode: X still reaches A's veth address" n "$X" timeout 5 ping -c 1 -W 2 198.18.3.1 >/dev/null
+            echo "  $mode: packets to the tunnel addresses from X's interface dropped, tunnel traffic passes"
+        fi
+        n "$A" env PATH="$path" "$VPN" down "$conf" >"$STATE/down.$mode.log" 2>&1 || fail "$mode: vpn down: $(cat "$STATE/down.$mode.log")"
+        rules="$(n "$A" nft list tables 2>/dev/null; n "$A" iptables-save 2>/dev/null; n "$A" ip6tables-save 2>/dev/null)"
+        ! contains "$rules" "wg-quick-$WA" || fail "$mode: nft table left after vpn down: $rules"
+        ! contains "$rules" "wg-quick(8) rule for $WA" || fail "$mode: iptables rules left after vpn down: $rules"
+        rules="$(n "$A" ip rule show)"
+        ! contains "$rules" 51820 && ! contains "$rules" 0xca6c || fail "$mode: policy rules left after vpn down: $rules"
+        wait_for "[ ! -e $SOCK_DIR/$WA.sock ]" 5 || fail "$mode: daemon still running after vpn down"
+    done
+    echo "  vpn down removed the rules each time"
 }
