@@ -293,8 +293,10 @@ NFT
 # Deleting the namespaces that hold the TUN and the socket. The daemon runs in D (its UDP and
 # UAPI sockets are there) with its TUN moved into T (as wireguard-go's netns.sh runs it), peer E
 # behind a veth. D's name is deleted first: the kernel keeps D while the daemon is in it and it
-# still answers on its UAPI socket. (A TUN brought up after it moved is not seen as up: the
-# daemon's netlink listener lives in D. NETNS_MOVED_TUN_UP=1 also checks traffic through it.) Then T is deleted, destroying the TUN: the daemon must stop by itself,
+# still answers on its UAPI socket. The TUN is brought up in T after it moved, where the
+# daemon's netlink listener (in D) cannot see it: the daemon notices it through the TUN
+# descriptor itself (as wireguard-go's probe does) and traffic flows from T, before and after
+# D's name is deleted. Then T is deleted, destroying the TUN: the daemon must stop by itself,
 # cleanly (exit status 0, UAPI socket removed), and leave nothing behind: once it has exited, D
 # is freed, which the kernel shows by removing the veth end in E (any process, thread or fd left
 # in D would keep D, and so that veth, alive).
@@ -318,15 +320,15 @@ scenario_netns_delete() {
     ip -n "$(ns "$D")" link set "$WD" netns "$(ns "$T")"
     tunnel_addrs "$T" 1 "$WD"
     must "daemon alive after its TUN moved" kill -0 "$pid"
-    if [ "${NETNS_MOVED_TUN_UP:-0}" = 1 ]; then
-        must "ping from the TUN's namespace" ping4 "$T" 100.64.0.2 3
-    fi
+    wait_for "grep -q 'another network namespace: Up' $STATE/$WD.log" 5 ||
+        fail "the daemon did not notice its TUN came up in another namespace: $(cat "$STATE/$WD.log")"
+    must "ping from the TUN's namespace" ping4 "$T" 100.64.0.2 3
+    must "ping to the TUN's namespace" ping4 "$E" 100.64.0.1 3
+    echo "  TUN up in another namespace: seen by the daemon, pings pass both ways"
     echo "  daemon: $(ls /proc/"$pid"/task | wc -l) threads, $(ls /proc/"$pid"/fd | wc -l) fds"
     ip netns del "$(ns "$D")"
     must "daemon alive after its namespace's name was deleted" kill -0 "$pid"
-    if [ "${NETNS_MOVED_TUN_UP:-0}" = 1 ]; then
-        must "ping after D's name was deleted" ping4 "$T" 100.64.0.2
-    fi
+    must "ping after D's name was deleted" ping4 "$T" 100.64.0.2
     must "wg answers on the UAPI socket" wg show "$WD" >/dev/null
     ip netns del "$(ns "$T")"
     wait_for "! kill -0 $pid" 10 || fail "the daemon kept running after its TUN was destroyed"

@@ -12,7 +12,7 @@ use vpn_device::sched::Scheduling;
 use vpn_device::Options;
 use vpn_ipc::Statistics;
 use vpn_sys::cycles::{TimeJumps, Tsc};
-use vpn_tun::{Device as _, LinuxTun, TunStats};
+use vpn_tun::{Device as _, LinuxTun, NamespaceWatch, TunStats};
 use vpn_uapi::StatsFn;
 
 /// The daemon's clock: CLOCK_BOOTTIME, interpolated with the TSC where the kernel keeps time
@@ -130,9 +130,12 @@ pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
         )
         // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
         .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"));
+    // Up and down also followed while the interface lives in another network namespace.
+    let watched = NamespaceWatch::new(tun.clone())
+        .map_err(|e| format!("TUN {name}: starting its namespace watch: {e}"))?;
     Ok(Parts {
         tun_stats: Some(tun_stats_fn(tun.clone())),
-        tun,
+        tun: Arc::new(watched),
         name,
         bind,
         opts,
