@@ -347,7 +347,7 @@ scenario_netns_delete() {
 # (fdpass.py) opens the TUN and the listening UAPI socket in A and exec()s the daemon with
 # WG_TUN_FD and WG_UAPI_FD. `wg` configures it through that socket, traffic flows both ways
 # (plain TUN and one with the virtio-net header), the daemon uses the descriptors it was given
-# (it opened no TUN of its own) and stops cleanly on SIGTERM. Then every kind of bad descriptor
+# (it made no interface of its own) and stops cleanly on SIGTERM. Then every kind of bad descriptor
 # (not a number, stdio, closed, not a TUN, not a listening Unix stream socket) stops the daemon
 # at start with an error naming the variable and a non-zero status, in the foreground and
 # through the detaching parent, never a panic.
@@ -369,8 +369,11 @@ scenario_inherited_fds() {
             -- "$VPN" --foreground "$(ifname fdxx)" >"$log" 2>&1) &
         local pid=$!; track_pid "$pid"
         wait_for "grep -q 'device started' $log" 10 || fail "$spec: daemon did not start: $(cat "$log")"
-        local tunfds; tunfds="$(ls -l /proc/"$pid"/fd | grep -c /dev/net/tun || true)"
-        [ "$tunfds" -eq 1 ] || fail "$spec: the daemon holds $tunfds TUN descriptors, expected the inherited one"
+        # The inherited descriptor is the daemon's TUN, and it made no interface of its own.
+        local tunfd; tunfd="$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^WG_TUN_FD=//p')"
+        [ "$(readlink "/proc/$pid/fd/$tunfd")" = /dev/net/tun ] || fail "$spec: fd $tunfd is not the TUN in the daemon"
+        grep -q "iff:.*$WA" "/proc/$pid/fdinfo/$tunfd" || fail "$spec: fd $tunfd is not attached to $WA"
+        ! n "$A" ip link show "$(ifname fdxx)" >/dev/null 2>&1 || fail "$spec: the daemon created a TUN of its own"
         n "$A" wg set "$WA" private-key <(echo "$KA") listen-port 51820 \
             peer "$PB" endpoint 198.18.0.2:51820 allowed-ips 100.64.0.2/32,fd00::2/128
         tunnel_addrs "$A" 1 "$WA"

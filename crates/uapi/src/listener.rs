@@ -87,11 +87,9 @@ impl UapiListener {
 /// Is `listener` really a listening Unix stream socket? `UnixListener::from(OwnedFd)` takes any
 /// descriptor on trust.
 fn check_listening_stream(listener: &UnixListener) -> io::Result<()> {
-    use std::os::fd::AsFd;
-    use vpn_sys::sockopt::get_int;
     let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
-    let fd = listener.as_fd();
-    let ty = get_int(fd, libc::SOL_SOCKET, libc::SO_TYPE).map_err(|e| match e.raw_os_error() {
+    let sock = socket2::SockRef::from(listener);
+    let ty = sock.r#type().map_err(|e| match e.raw_os_error() {
         Some(libc::ENOTSOCK) => invalid("not a socket".into()),
         _ => e,
     })?;
@@ -99,17 +97,31 @@ fn check_listening_stream(listener: &UnixListener) -> io::Result<()> {
     listener
         .local_addr()
         .map_err(|e| invalid(format!("not a Unix socket ({e})")))?;
-    if ty != libc::SOCK_STREAM {
+    if ty != socket2::Type::STREAM {
         return Err(invalid(format!(
-            "a Unix socket of type {ty}, not a stream socket"
+            "a Unix socket of type {}, not a stream socket",
+            libc::c_int::from(ty)
         )));
     }
-    if get_int(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN)? == 0 {
+    if !is_listening(listener)? {
         return Err(invalid(
             "a Unix stream socket that is not listening (listen(2) was not called)".into(),
         ));
     }
     Ok(())
+}
+
+/// `SO_ACCEPTCONN`, where the system reports it for Unix sockets (Linux).
+#[cfg(target_os = "linux")]
+fn is_listening(listener: &UnixListener) -> io::Result<bool> {
+    use std::os::fd::AsFd;
+    Ok(vpn_sys::sockopt::get_int(listener.as_fd(), libc::SOL_SOCKET, libc::SO_ACCEPTCONN)? != 0)
+}
+
+/// Elsewhere an unlistened socket shows itself at the first `accept`.
+#[cfg(not(target_os = "linux"))]
+fn is_listening(_: &UnixListener) -> io::Result<bool> {
+    Ok(true)
 }
 
 /// Creates `dir` (and parents) with mode 0755 (through the umask, as wireguard-go's
@@ -177,11 +189,14 @@ mod tests {
         assert!(refused(dgram.into()).contains("not a stream socket"));
         fs::remove_file(&p).unwrap();
 
-        let p = scratch("unlistened");
-        let s = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
-        s.bind(&SockAddr::unix(&p).unwrap()).unwrap();
-        assert!(refused(s.into()).contains("not listening"));
-        fs::remove_file(&p).unwrap();
+        // Only Linux reports SO_ACCEPTCONN for Unix sockets.
+        if cfg!(target_os = "linux") {
+            let p = scratch("unlistened");
+            let s = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+            s.bind(&SockAddr::unix(&p).unwrap()).unwrap();
+            assert!(refused(s.into()).contains("not listening"));
+            fs::remove_file(&p).unwrap();
+        }
 
         let p = scratch("listening");
         let l = UnixListener::bind(&p).unwrap();
