@@ -3,7 +3,7 @@
 # errors through a NAT router, and deleting the namespaces that hold the TUN or the socket.
 # The kernel's own netns.sh checks the same things for the in-kernel WireGuard.
 
-HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete inherited_fds anti_spoofing route_change)
+HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete inherited_fds anti_spoofing route_change route_change_v6)
 
 # Plaintext on the wire for an inner packet of $1 bytes under TUN MTU $2: padded to a multiple
 # of 16 but never beyond the MTU, plus the 32-byte transport header and tag.
@@ -535,29 +535,40 @@ CONF
 # dead path (the kernel takes a source's interface as on-link), so the tunnel recovers only if
 # the daemon notices the change, lets the routing table pick the new source, and B follows it.
 # Then the address in use is removed (a secondary one on the same veth takes over): traffic
-# flows again from the remaining address.
-scenario_route_change() {
-    make_pair rc
+# flows again from the remaining address. `route_change_v6` does the same over an IPv6 underlay
+# (wireguard-go's listener checks IPv4 endpoints only).
+scenario_route_change() { route_change 4; }
+scenario_route_change_v6() { route_change 6; }
+# route_change <4|6>: the underlay family (the tunnel addresses stay IPv4).
+route_change() {
+    local fam="$1" a1 a2 a2b b1 b2 ep0 len nd=()
+    if [ "$fam" = 6 ]; then
+        a1=fd00:18::1 a2=fd00:18:1::1 a2b=fd00:18:1::11 b1=fd00:18::2 b2=fd00:18:1::2 ep0=fd00:19::2 len=64 nd=(nodad)
+    else
+        a1=198.18.0.1 a2=198.18.1.1 a2b=198.18.1.11 b1=198.18.0.2 b2=198.18.1.2 ep0=198.19.9.2 len=24
+    fi
+    hp() { if [ "$fam" = 6 ]; then echo "[$1]:$2"; else echo "$1:$2"; fi; }
+    make_pair "rc$fam"
     local VA2 VB2 i
-    VA2="$(ifname rca2)"; VB2="$(ifname rcb2)"
+    VA2="$(ifname rc${fam}a2)"; VB2="$(ifname rc${fam}b2)"
     ip link add "$VA2" netns "$(ns "$A")" type veth peer name "$VB2" netns "$(ns "$B")"
-    n "$A" ip addr add 198.18.1.1/24 dev "$VA2"; n "$A" ip addr add 198.18.1.11/24 dev "$VA2"
-    n "$B" ip addr add 198.18.1.2/24 dev "$VB2"
+    n "$A" ip addr add "$a2/$len" dev "$VA2" "${nd[@]}"; n "$A" ip addr add "$a2b/$len" dev "$VA2" "${nd[@]}"
+    n "$B" ip addr add "$b2/$len" dev "$VB2" "${nd[@]}"
     n "$A" ip link set "$VA2" up; n "$B" ip link set "$VB2" up
-    n "$B" ip addr add 198.19.9.2/32 dev lo
-    n "$A" ip route add 198.19.9.2/32 via 198.18.0.2 dev "$VA"
-    WA="$(ifname rcaw)"; WB="$(ifname rcbw)"
+    n "$B" ip addr add "$ep0" dev lo "${nd[@]}"
+    n "$A" ip route add "$ep0" via "$b1" dev "$VA"
+    WA="$(ifname rc${fam}aw)"; WB="$(ifname rc${fam}bw)"
     KA="$(wg genkey)"; KB="$(wg genkey)"; PA="$(pubkey "$KA")"; PB="$(pubkey "$KB")"
     start_daemon vpn "$A" "$WA"; PIDA=$DAEMON_PID
     start_daemon vpn "$B" "$WB"
     n "$A" wg set "$WA" private-key <(echo "$KA") listen-port 51820 \
-        peer "$PB" endpoint 198.19.9.2:51820 allowed-ips 100.64.0.2/32
+        peer "$PB" endpoint "$(hp "$ep0" 51820)" allowed-ips 100.64.0.2/32
     n "$B" wg set "$WB" private-key <(echo "$KB") listen-port 51820 peer "$PA" allowed-ips 100.64.0.1/32
     tunnel_addrs "$A" 1 "$WA"; tunnel_addrs "$B" 2 "$WB"
     must "ping over the first path" ping4 "$A" 100.64.0.2
     must "ping back over the first path" ping4 "$B" 100.64.0.1
     local ep; ep="$(endpoint_of "$B" "$WB" "$PA")"
-    [ "$ep" = "198.18.0.1:51820" ] || fail "B sees A at $ep before the change"
+    [ "$ep" = "$(hp "$a1" 51820)" ] || fail "B sees A at $ep before the change"
     # Traffic while the route changes: a ping every 0.1 s, bounded.
     n "$A" timeout 20 ping -i 0.1 -c 150 -W 1 100.64.0.2 >"$STATE/rc.ping" 2>&1 &
     local ppid=$!; track_pid "$ppid"
@@ -567,25 +578,28 @@ table inet rcdead {
     chain in { type filter hook prerouting priority -300; iifname "$VB" udp dport 51820 counter drop; }
 }
 NFT
-    n "$A" ip route replace 198.19.9.2/32 via 198.18.1.2 dev "$VA2"
+    n "$A" ip route replace "$ep0" via "$b2" dev "$VA2"
     for i in $(seq 1 40); do
         ep="$(endpoint_of "$B" "$WB" "$PA")"
-        [ "$ep" = "198.18.1.1:51820" ] && break
+        [ "$ep" = "$(hp "$a2" 51820)" ] || [ "$ep" = "$(hp "$a2b" 51820)" ] && break
         sleep 0.25
     done
     echo "  route to B moved to the second veth: B sees A at $ep"
-    [ "$ep" = "198.18.1.1:51820" ] || fail "A kept its old source: B sees A at $ep"
+    [ "$ep" = "$(hp "$a2" 51820)" ] || [ "$ep" = "$(hp "$a2b" 51820)" ] || fail "A kept its old source: B sees A at $ep"
     must "ping A->B over the new path" n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 100.64.0.2 >/dev/null
     must "ping B->A over the new path" ping4 "$B" 100.64.0.1
     local dropped; dropped="$(n "$B" nft list chain inet rcdead in | grep -o 'packets [0-9]*' | cut -d' ' -f2)"
     wait "$ppid" 2>/dev/null || true
     echo "  during the change: $(grep -o '[0-9]* received, [0-9.]*% packet loss' "$STATE/rc.ping"); $dropped datagrams hit the dead path"
-    # The address in use removed: the secondary one on the same veth takes over.
-    n "$A" ip addr del 198.18.1.1/24 dev "$VA2"
+    # The address in use removed: the other one on the same veth takes over (IPv4 picks the
+    # primary, IPv6 may pick either).
+    local used="$a2" other="$a2b"
+    [ "$ep" = "$(hp "$a2b" 51820)" ] && used="$a2b" other="$a2"
+    n "$A" ip addr del "$used/$len" dev "$VA2"
     must "ping A->B after the address in use was removed" n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 100.64.0.2 >/dev/null
     ep="$(endpoint_of "$B" "$WB" "$PA")"
-    echo "  address 198.18.1.1 removed: B sees A at $ep"
-    [ "$ep" = "198.18.1.11:51820" ] || fail "B sees A at $ep after the address was removed"
+    echo "  address $used removed: B sees A at $ep"
+    [ "$ep" = "$(hp "$other" 51820)" ] || fail "B sees A at $ep after the address was removed"
     must "ping B->A after the address was removed" ping4 "$B" 100.64.0.1
     must "daemon A alive" kill -0 "$PIDA"
 }
