@@ -146,8 +146,9 @@ fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
-/// Does a notification datagram announce a route or an address added or removed?
-fn carries_change(datagram: &[u8]) -> bool {
+/// Does a notification datagram announce a route or an address added or removed? (Public for
+/// the fuzz target: kernel-written bytes, parsed without trusting their lengths.)
+pub fn carries_change(datagram: &[u8]) -> bool {
     messages(datagram).any(|(ty, _)| {
         matches!(
             ty,
@@ -196,8 +197,9 @@ fn route_request(dst: IpAddr, src: IpAddr, mark: u32, seq: u32) -> Vec<u8> {
     m
 }
 
-/// The answer to a route request: the output interface, or the kernel's error.
-fn parse_route_reply(datagram: &[u8]) -> io::Result<u32> {
+/// The answer to a route request: the output interface, or the kernel's error. (Public for the
+/// fuzz target.)
+pub fn parse_route_reply(datagram: &[u8]) -> io::Result<u32> {
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed RTM_GETROUTE reply");
     for (ty, payload) in messages(datagram) {
         match ty {
