@@ -211,7 +211,9 @@ pub fn parse_route_reply(datagram: &[u8]) -> io::Result<u32> {
                         .try_into()
                         .map_err(|_| bad())?,
                 );
-                return Err(io::Error::from_raw_os_error(-code));
+                // A negative errno; 0 would be an acknowledgement, which was not asked for.
+                let errno = code.checked_neg().filter(|&e| e > 0).ok_or_else(bad)?;
+                return Err(io::Error::from_raw_os_error(errno));
             }
             libc::RTM_NEWROUTE => {
                 let mut attrs = payload.get(RTMSG_LEN..).ok_or_else(bad)?;
@@ -292,6 +294,25 @@ mod tests {
             1,
         );
         assert_eq!(v6.len(), 16 + 12 + 2 * 20);
+    }
+
+    fn error_reply(code: i32) -> Vec<u8> {
+        let mut m = 20u32.to_ne_bytes().to_vec();
+        m.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        m.extend_from_slice(&[0; 10]);
+        m.extend_from_slice(&code.to_ne_bytes());
+        m
+    }
+
+    #[test]
+    fn error_replies_carry_the_errno() {
+        let e = parse_route_reply(&error_reply(-libc::EINVAL)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        // Found by the fuzz target: i32::MIN cannot be negated; 0 and positive codes are no errno.
+        for code in [i32::MIN, 0, 5] {
+            let e = parse_route_reply(&error_reply(code)).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{code}");
+        }
     }
 
     #[test]
