@@ -3,7 +3,7 @@
 # errors through a NAT router, and deleting the namespaces that hold the TUN or the socket.
 # The kernel's own netns.sh checks the same things for the in-kernel WireGuard.
 
-HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete)
+HARDENING=(mtu_padding routing_loop ping_dev_fwmark nat_icmp netns_delete inherited_fds anti_spoofing route_change route_change_v6)
 
 # Plaintext on the wire for an inner packet of $1 bytes under TUN MTU $2: padded to a multiple
 # of 16 but never beyond the MTU, plus the 32-byte transport header and tag.
@@ -24,19 +24,26 @@ vpn_drops() {
     }' | grep . || echo 0
 }
 
+# A namespace "$1" on its own veth to A: 198.18.$2.2/24 and fd00:18:$2::2/64 (A has .1 and ::1),
+# its routes to the tunnel networks via A.
+namespace_on_a() {
+    local C="$1" net="$2" c1 a1
+    c1="$(ifname "${C}c")"; a1="$(ifname "${C}r")"
+    ns_add "$C"
+    ip link add "$c1" netns "$(ns "$C")" type veth peer name "$a1" netns "$(ns "$A")"
+    n "$C" ip addr add "198.18.$net.2/24" dev "$c1"; n "$C" ip addr add "fd00:18:$net::2/64" dev "$c1" nodad
+    n "$A" ip addr add "198.18.$net.1/24" dev "$a1"; n "$A" ip addr add "fd00:18:$net::1/64" dev "$a1" nodad
+    n "$C" ip link set "$c1" up; n "$A" ip link set "$a1" up
+    n "$C" ip route add 100.64.0.0/24 via "198.18.$net.1"
+    n "$C" ip -6 route add fd00::/64 via "fd00:18:$net::1"
+}
+
 # A client namespace "$1" behind A (from make_pair/tunnel): veth 198.18.2.0/24 and
 # fd00:18:2::/64, routes to the tunnel networks via A, A forwarding, B routing the client's
 # networks back into its tunnel (and allowing them from A).
 client_behind_a() {
-    local C="$1" c1 a1
-    c1="$(ifname "${C}c")"; a1="$(ifname "${C}r")"
-    ns_add "$C"
-    ip link add "$c1" netns "$(ns "$C")" type veth peer name "$a1" netns "$(ns "$A")"
-    n "$C" ip addr add 198.18.2.2/24 dev "$c1"; n "$C" ip addr add fd00:18:2::2/64 dev "$c1" nodad
-    n "$A" ip addr add 198.18.2.1/24 dev "$a1"; n "$A" ip addr add fd00:18:2::1/64 dev "$a1" nodad
-    n "$C" ip link set "$c1" up; n "$A" ip link set "$a1" up
-    n "$C" ip route add 100.64.0.0/24 via 198.18.2.1
-    n "$C" ip -6 route add fd00::/64 via fd00:18:2::1
+    local C="$1"
+    namespace_on_a "$C" 2
     n "$A" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
     n "$B" wg set "$WB" peer "$PA" allowed-ips 100.64.0.1/32,fd00::1/128,198.18.2.0/24,fd00:18:2::/64
     n "$B" ip route add 198.18.2.0/24 dev "$WB"
@@ -286,8 +293,10 @@ NFT
 # Deleting the namespaces that hold the TUN and the socket. The daemon runs in D (its UDP and
 # UAPI sockets are there) with its TUN moved into T (as wireguard-go's netns.sh runs it), peer E
 # behind a veth. D's name is deleted first: the kernel keeps D while the daemon is in it and it
-# still answers on its UAPI socket. (A TUN brought up after it moved is not seen as up: the
-# daemon's netlink listener lives in D. NETNS_MOVED_TUN_UP=1 also checks traffic through it.) Then T is deleted, destroying the TUN: the daemon must stop by itself,
+# still answers on its UAPI socket. The TUN is brought up in T after it moved, where the
+# daemon's netlink listener (in D) cannot see it: the daemon notices it through the TUN
+# descriptor itself (as wireguard-go's probe does) and traffic flows from T, before and after
+# D's name is deleted. Then T is deleted, destroying the TUN: the daemon must stop by itself,
 # cleanly (exit status 0, UAPI socket removed), and leave nothing behind: once it has exited, D
 # is freed, which the kernel shows by removing the veth end in E (any process, thread or fd left
 # in D would keep D, and so that veth, alive).
@@ -311,15 +320,15 @@ scenario_netns_delete() {
     ip -n "$(ns "$D")" link set "$WD" netns "$(ns "$T")"
     tunnel_addrs "$T" 1 "$WD"
     must "daemon alive after its TUN moved" kill -0 "$pid"
-    if [ "${NETNS_MOVED_TUN_UP:-0}" = 1 ]; then
-        must "ping from the TUN's namespace" ping4 "$T" 100.64.0.2 3
-    fi
+    wait_for "grep -q 'another network namespace: Up' $STATE/$WD.log" 5 ||
+        fail "the daemon did not notice its TUN came up in another namespace: $(cat "$STATE/$WD.log")"
+    must "ping from the TUN's namespace" ping4 "$T" 100.64.0.2 3
+    must "ping to the TUN's namespace" ping4 "$E" 100.64.0.1 3
+    echo "  TUN up in another namespace: seen by the daemon, pings pass both ways"
     echo "  daemon: $(ls /proc/"$pid"/task | wc -l) threads, $(ls /proc/"$pid"/fd | wc -l) fds"
     ip netns del "$(ns "$D")"
     must "daemon alive after its namespace's name was deleted" kill -0 "$pid"
-    if [ "${NETNS_MOVED_TUN_UP:-0}" = 1 ]; then
-        must "ping after D's name was deleted" ping4 "$T" 100.64.0.2
-    fi
+    must "ping after D's name was deleted" ping4 "$T" 100.64.0.2
     must "wg answers on the UAPI socket" wg show "$WD" >/dev/null
     ip netns del "$(ns "$T")"
     wait_for "! kill -0 $pid" 10 || fail "the daemon kept running after its TUN was destroyed"
@@ -332,4 +341,265 @@ scenario_netns_delete() {
     wait_for "! n $E ip link show $ve" 20 || fail "D is still alive (its veth end is still in E): something holds it"
     echo "  D freed: its veth end is gone from E"
     must "E's daemon unaffected" n "$E" wg show "$WE" >/dev/null
+}
+
+# Started with inherited descriptors, as a supervisor starts wireguard-go: a small supervisor
+# (fdpass.py) opens the TUN and the listening UAPI socket in A and exec()s the daemon with
+# WG_TUN_FD and WG_UAPI_FD. `wg` configures it through that socket, traffic flows both ways
+# (plain TUN and one with the virtio-net header), the daemon uses the descriptors it was given
+# (it made no interface of its own) and stops cleanly on SIGTERM. Then every kind of bad descriptor
+# (not a number, stdio, closed, not a TUN, not a listening Unix stream socket) stops the daemon
+# at start with an error naming the variable and a non-zero status, in the foreground and
+# through the detaching parent, never a panic.
+scenario_inherited_fds() {
+    make_pair fd
+    local FDPASS="$HERE/fdpass.py" spec
+    WA="$(ifname fdaw)"; WB="$(ifname fdbw)"
+    KA="$(wg genkey)"; KB="$(wg genkey)"; PA="$(pubkey "$KA")"; PB="$(pubkey "$KB")"
+    start_daemon vpn "$B" "$WB"
+    n "$B" wg set "$WB" private-key <(echo "$KB") listen-port 51820 \
+        peer "$PA" endpoint 198.18.0.1:51820 allowed-ips 100.64.0.1/32,fd00::1/128
+    tunnel_addrs "$B" 2 "$WB"
+    for spec in tun tun-vnet; do
+        local sock="$SOCK_DIR/$WA.sock" log="$STATE/$WA.$spec.log"
+        echo "$sock" >>"$STATE/socks"
+        # The supervisor names the daemon something else: the TUN's own name wins, as in
+        # wireguard-go, and the UAPI socket is the supervisor's.
+        (exec ip netns exec "$(ns "$A")" python3 "$FDPASS" --tun "$spec:$WA" --uapi "listen:$sock" \
+            -- "$VPN" --foreground "$(ifname fdxx)" >"$log" 2>&1) &
+        local pid=$!; track_pid "$pid"
+        wait_for "grep -q 'device started' $log" 10 || fail "$spec: daemon did not start: $(cat "$log")"
+        # The inherited descriptor is the daemon's TUN, and it made no interface of its own.
+        local tunfd; tunfd="$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^WG_TUN_FD=//p')"
+        [ "$(readlink "/proc/$pid/fd/$tunfd")" = /dev/net/tun ] || fail "$spec: fd $tunfd is not the TUN in the daemon"
+        grep -q "iff:.*$WA" "/proc/$pid/fdinfo/$tunfd" || fail "$spec: fd $tunfd is not attached to $WA"
+        ! n "$A" ip link show "$(ifname fdxx)" >/dev/null 2>&1 || fail "$spec: the daemon created a TUN of its own"
+        n "$A" wg set "$WA" private-key <(echo "$KA") listen-port 51820 \
+            peer "$PB" endpoint 198.18.0.2:51820 allowed-ips 100.64.0.2/32,fd00::2/128
+        tunnel_addrs "$A" 1 "$WA"
+        must "$spec: ping A->B through inherited fds" ping4 "$A" 100.64.0.2
+        must "$spec: ping B->A through inherited fds" ping4 "$B" 100.64.0.1
+        must "$spec: ping -6 A->B through inherited fds" ping6 "$A" fd00::2
+        [ "$(n "$A" wg show "$WA" public-key)" = "$PA" ] || fail "$spec: wg show through the inherited socket"
+        echo "  $spec: daemon $pid on inherited TUN and UAPI fds; pings both ways"
+        kill -TERM "$pid"
+        wait_for "! kill -0 $pid" 10 || fail "$spec: daemon did not stop on SIGTERM"
+        local rc=0; wait "$pid" || rc=$?
+        [ "$rc" -eq 0 ] || fail "$spec: exit status $rc: $(cat "$log")"
+        [ ! -e "$sock" ] || fail "$spec: UAPI socket left behind"
+        # The TUN was the supervisor's (non-persistent): gone with the last descriptor.
+        wait_for "! n $A ip link show $WA" 5 || fail "$spec: TUN still there after the daemon exited"
+    done
+    # Bad descriptors: <tun spec> <uapi spec> <expected words>.
+    local sock="$SOCK_DIR/$(ifname fdbad).sock"
+    echo "$sock" >>"$STATE/socks"
+    local cases=(
+        "text:abc|listen:$sock|WG_TUN_FD=\"abc\" is not a file descriptor number"
+        "text:-3|listen:$sock|WG_TUN_FD=\"-3\" is not a file descriptor number"
+        "text:1|listen:$sock|WG_TUN_FD=1: fd 1 is standard input, output or error"
+        "closed|listen:$sock|is not open in this process"
+        "file|listen:$sock|not a usable TUN device"
+        "udp|listen:$sock|not a usable TUN device"
+        "unattached|listen:$sock|not a usable TUN device"
+        "tun:$(ifname fdbad)|text:x1|WG_UAPI_FD=\"x1\" is not a file descriptor number"
+        "tun:$(ifname fdbad)|closed|is not open in this process"
+        "tun:$(ifname fdbad)|file|not a socket"
+        "tun:$(ifname fdbad)|udp|not a Unix socket"
+        "tun:$(ifname fdbad)|dgram:$sock|not a stream socket"
+        "tun:$(ifname fdbad)|unlistened:$sock|not listening"
+    )
+    local c t u want out rc mode fg checked=0
+    for c in "${cases[@]}"; do
+        IFS='|' read -r t u want <<<"$c"
+        for mode in foreground detached; do
+            fg=(--foreground); [ "$mode" = detached ] && fg=()
+            rc=0
+            out="$(n "$A" timeout 10 python3 "$FDPASS" --tun "$t" --uapi "$u" -- "$VPN" "${fg[@]}" "$(ifname fdbad)" 2>&1)" || rc=$?
+            [ "$rc" -ne 0 ] || fail "$mode WG_TUN_FD=$t WG_UAPI_FD=$u: the daemon started"
+            [ "$rc" -ne 124 ] || fail "$mode WG_TUN_FD=$t WG_UAPI_FD=$u: still running after 10 s"
+            ! contains "$out" "panicked" || fail "$mode $t/$u: panic: $out"
+            contains "$out" "$want" || fail "$mode $t/$u: expected \"$want\", got: $out"
+            checked=$((checked + 1))
+        done
+        echo "  refused ($t, $u): $(echo "$out" | head -1)"
+    done
+    echo "  $checked bad starts refused with a clear error and a non-zero status"
+    must_not "a TUN left after the refused starts" n "$A" ip link show "$(ifname fdbad)" 2>/dev/null
+}
+
+# `vpn up` with a default route installs wg-quick's anti-spoofing rules and `vpn down` removes
+# them. A (vpn up, AllowedIPs 0.0.0.0/0 and ::/0) reaches B through the tunnel; X, on a second
+# veth of A, sends pings to A's tunnel addresses (100.64.0.1, fd00::1) through that veth: they
+# must be dropped while the rules are in place, with nftables and (nft out of PATH) with
+# iptables; the same pings pass once the rules are gone (so the rules are what dropped them).
+# Without either tool `vpn up` refuses with a clear message and leaves nothing behind.
+scenario_anti_spoofing() {
+    make_pair as
+    local X=asx
+    WA="$(ifname asaw)"; WB="$(ifname asbw)"
+    KA="$(wg genkey)"; KB="$(wg genkey)"; PA="$(pubkey "$KA")"; PB="$(pubkey "$KB")"
+    start_daemon vpn "$B" "$WB"
+    n "$B" wg set "$WB" private-key <(echo "$KB") listen-port 51820 peer "$PA" allowed-ips 100.64.0.1/32,fd00::1/128
+    tunnel_addrs "$B" 2 "$WB"
+    namespace_on_a "$X" 3
+    local conf="$STATE/$WA.conf"
+    cat >"$conf" <<CONF
+[Interface]
+PrivateKey = $KA
+Address = 100.64.0.1/24, fd00::1/64
+ListenPort = 51820
+
+[Peer]
+PublicKey = $PB
+Endpoint = 198.18.0.2:51820
+AllowedIPs = 0.0.0.0/0, ::/0
+CONF
+    chmod 600 "$conf"
+    echo "$SOCK_DIR/$WA.sock" >>"$STATE/socks"
+    must "ping X->A's veth address" n "$X" timeout 5 ping -c 1 -W 2 198.18.3.1 >/dev/null
+    # PATH directories with only the tools `vpn up` runs: one without nft, one without either.
+    local bin_ipt="$STATE/bin-iptables" bin_none="$STATE/bin-none" t
+    mkdir -p "$bin_ipt" "$bin_none"
+    for t in ip sysctl sh; do ln -sf "$(command -v "$t")" "$bin_ipt/$t"; ln -sf "$(command -v "$t")" "$bin_none/$t"; done
+    for t in iptables-restore ip6tables-restore iptables-save ip6tables-save; do
+        command -v "$t" >/dev/null || fail "$t is not installed (apt-get install iptables)"
+        ln -sf "$(command -v "$t")" "$bin_ipt/$t"
+    done
+    local out rc=0
+    out="$(n "$A" env PATH="$bin_none" "$VPN" up "$conf" 2>&1)" || rc=$?
+    echo "  no firewall tool: vpn up exits $rc: $(echo "$out" | tail -1)"
+    [ "$rc" -ne 0 ] || fail "vpn up succeeded without nft or iptables"
+    contains "$out" "neither nft (package nftables) nor iptables-restore" || fail "unclear message: $out"
+    contains "$out" "nothing was changed" || fail "unclear message: $out"
+    ! n "$A" ip link show "$WA" >/dev/null 2>&1 || fail "link $WA left behind"
+    [ ! -e "$SOCK_DIR/$WA.sock" ] || fail "UAPI socket left behind"
+    local rules; rules="$(n "$A" ip rule show)"
+    ! contains "$rules" 51820 && ! contains "$rules" 0xca6c || fail "policy rules left behind: $rules"
+    [ -z "$(ip netns pids "$(ns "$A")")" ] || fail "a process left running in A"
+    local mode
+    for mode in nft iptables nft-removed; do
+        local path="$PATH"; [ "$mode" = iptables ] && path="$bin_ipt"
+        n "$A" env PATH="$path" "$VPN" up "$conf" >"$STATE/up.$mode.log" 2>&1 || fail "$mode: vpn up: $(cat "$STATE/up.$mode.log")"
+        case "$mode" in
+            nft|nft-removed)
+                rules="$(n "$A" nft list table ip "wg-quick-$WA")"
+                contains "$rules" "iifname != \"$WA\" ip daddr 100.64.0.1 fib saddr type != local drop" ||
+                    fail "nft: no IPv4 anti-spoofing rule: $rules"
+                rules="$(n "$A" nft list table ip6 "wg-quick-$WA")"
+                contains "$rules" "iifname != \"$WA\" ip6 daddr fd00::1 fib saddr type != local drop" ||
+                    fail "nft: no IPv6 anti-spoofing rule: $rules" ;;
+            iptables)
+                rules="$(n "$A" nft list tables 2>/dev/null)"
+                ! contains "$rules" "wg-quick-$WA" || fail "iptables mode used nft"
+                rules="$(n "$A" iptables-save -t raw)"
+                contains "$rules" "-A PREROUTING -d 100.64.0.1/32 ! -i $WA -m addrtype ! --src-type LOCAL -m comment --comment \"wg-quick(8) rule for $WA\" -j DROP" ||
+                    fail "iptables: no IPv4 anti-spoofing rule: $rules"
+                rules="$(n "$A" ip6tables-save -t raw)"
+                contains "$rules" "-A PREROUTING -d fd00::1/128 ! -i $WA -m addrtype ! --src-type LOCAL -m comment --comment \"wg-quick(8) rule for $WA\" -j DROP" ||
+                    fail "iptables: no IPv6 anti-spoofing rule: $rules" ;;
+        esac
+        must "$mode: ping A->B through the default route" ping4 "$A" 100.64.0.2
+        must "$mode: ping -6 A->B through the default route" ping6 "$A" fd00::2
+        must "$mode: ping B->A" ping4 "$B" 100.64.0.1
+        if [ "$mode" = nft-removed ]; then
+            # The control: the same topology without the rules delivers the spoofed pings.
+            n "$A" nft delete table ip "wg-quick-$WA"; n "$A" nft delete table ip6 "wg-quick-$WA"
+            must "$mode: X's ping to A's tunnel address passes without the rules" \
+                n "$X" timeout 5 ping -c 1 -W 2 100.64.0.1 >/dev/null
+            must "$mode: X's ping -6 to A's tunnel address passes without the rules" \
+                n "$X" timeout 5 ping -6 -c 1 -W 2 fd00::1 >/dev/null
+            echo "  without the rules X reaches A's tunnel addresses (the control)"
+        else
+            must_not "$mode: a spoofed ping from X to A's tunnel address was answered" \
+                n "$X" timeout 5 ping -c 2 -i 0.3 -W 1 100.64.0.1 >/dev/null
+            must_not "$mode: a spoofed ping -6 from X to A's tunnel address was answered" \
+                n "$X" timeout 5 ping -6 -c 2 -i 0.3 -W 1 fd00::1 >/dev/null
+            must "$mode: X still reaches A's veth address" n "$X" timeout 5 ping -c 1 -W 2 198.18.3.1 >/dev/null
+            echo "  $mode: packets to the tunnel addresses from X's interface dropped, tunnel traffic passes"
+        fi
+        n "$A" env PATH="$path" "$VPN" down "$conf" >"$STATE/down.$mode.log" 2>&1 || fail "$mode: vpn down: $(cat "$STATE/down.$mode.log")"
+        rules="$(n "$A" nft list tables 2>/dev/null; n "$A" iptables-save 2>/dev/null; n "$A" ip6tables-save 2>/dev/null)"
+        ! contains "$rules" "wg-quick-$WA" || fail "$mode: nft table left after vpn down: $rules"
+        ! contains "$rules" "wg-quick(8) rule for $WA" || fail "$mode: iptables rules left after vpn down: $rules"
+        rules="$(n "$A" ip rule show)"
+        ! contains "$rules" 51820 && ! contains "$rules" 0xca6c || fail "$mode: policy rules left after vpn down: $rules"
+        wait_for "[ ! -e $SOCK_DIR/$WA.sock ]" 5 || fail "$mode: daemon still running after vpn down"
+    done
+    echo "  vpn down removed the rules each time"
+}
+
+# Route and address changes clear stale sticky sources. A reaches B's endpoint (198.19.9.2 on
+# B's loopback) over a first veth; A's sticky source is 198.18.0.1 on that veth. Mid-traffic
+# the route to B moves to a second veth and the first path stops carrying B's port (B drops it
+# on arrival): a datagram still sent from the old source and interface would leave through the
+# dead path (the kernel takes a source's interface as on-link), so the tunnel recovers only if
+# the daemon notices the change, lets the routing table pick the new source, and B follows it.
+# Then the address in use is removed (a secondary one on the same veth takes over): traffic
+# flows again from the remaining address. `route_change_v6` does the same over an IPv6 underlay
+# (wireguard-go's listener checks IPv4 endpoints only).
+scenario_route_change() { route_change 4; }
+scenario_route_change_v6() { route_change 6; }
+# route_change <4|6>: the underlay family (the tunnel addresses stay IPv4).
+route_change() {
+    local fam="$1" a1 a2 a2b b1 b2 ep0 len nd=()
+    if [ "$fam" = 6 ]; then
+        a1=fd00:18::1 a2=fd00:18:1::1 a2b=fd00:18:1::11 b1=fd00:18::2 b2=fd00:18:1::2 ep0=fd00:19::2 len=64 nd=(nodad)
+    else
+        a1=198.18.0.1 a2=198.18.1.1 a2b=198.18.1.11 b1=198.18.0.2 b2=198.18.1.2 ep0=198.19.9.2 len=24
+    fi
+    hp() { if [ "$fam" = 6 ]; then echo "[$1]:$2"; else echo "$1:$2"; fi; }
+    make_pair "rc$fam"
+    local VA2 VB2 i
+    VA2="$(ifname rc${fam}a2)"; VB2="$(ifname rc${fam}b2)"
+    ip link add "$VA2" netns "$(ns "$A")" type veth peer name "$VB2" netns "$(ns "$B")"
+    n "$A" ip addr add "$a2/$len" dev "$VA2" "${nd[@]}"; n "$A" ip addr add "$a2b/$len" dev "$VA2" "${nd[@]}"
+    n "$B" ip addr add "$b2/$len" dev "$VB2" "${nd[@]}"
+    n "$A" ip link set "$VA2" up; n "$B" ip link set "$VB2" up
+    n "$B" ip addr add "$ep0" dev lo "${nd[@]}"
+    n "$A" ip route add "$ep0" via "$b1" dev "$VA"
+    WA="$(ifname rc${fam}aw)"; WB="$(ifname rc${fam}bw)"
+    KA="$(wg genkey)"; KB="$(wg genkey)"; PA="$(pubkey "$KA")"; PB="$(pubkey "$KB")"
+    start_daemon vpn "$A" "$WA"; PIDA=$DAEMON_PID
+    start_daemon vpn "$B" "$WB"
+    n "$A" wg set "$WA" private-key <(echo "$KA") listen-port 51820 \
+        peer "$PB" endpoint "$(hp "$ep0" 51820)" allowed-ips 100.64.0.2/32
+    n "$B" wg set "$WB" private-key <(echo "$KB") listen-port 51820 peer "$PA" allowed-ips 100.64.0.1/32
+    tunnel_addrs "$A" 1 "$WA"; tunnel_addrs "$B" 2 "$WB"
+    must "ping over the first path" ping4 "$A" 100.64.0.2
+    must "ping back over the first path" ping4 "$B" 100.64.0.1
+    local ep; ep="$(endpoint_of "$B" "$WB" "$PA")"
+    [ "$ep" = "$(hp "$a1" 51820)" ] || fail "B sees A at $ep before the change"
+    # Traffic while the route changes: a ping every 0.1 s, bounded.
+    n "$A" timeout 20 ping -i 0.1 -c 150 -W 1 100.64.0.2 >"$STATE/rc.ping" 2>&1 &
+    local ppid=$!; track_pid "$ppid"
+    sleep 1
+    n "$B" nft -f - <<NFT
+table inet rcdead {
+    chain in { type filter hook prerouting priority -300; iifname "$VB" udp dport 51820 counter drop; }
+}
+NFT
+    n "$A" ip route replace "$ep0" via "$b2" dev "$VA2"
+    for i in $(seq 1 40); do
+        ep="$(endpoint_of "$B" "$WB" "$PA")"
+        [ "$ep" = "$(hp "$a2" 51820)" ] || [ "$ep" = "$(hp "$a2b" 51820)" ] && break
+        sleep 0.25
+    done
+    echo "  route to B moved to the second veth: B sees A at $ep"
+    [ "$ep" = "$(hp "$a2" 51820)" ] || [ "$ep" = "$(hp "$a2b" 51820)" ] || fail "A kept its old source: B sees A at $ep"
+    must "ping A->B over the new path" n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 100.64.0.2 >/dev/null
+    must "ping B->A over the new path" ping4 "$B" 100.64.0.1
+    local dropped; dropped="$(n "$B" nft list chain inet rcdead in | grep -o 'packets [0-9]*' | cut -d' ' -f2)"
+    wait "$ppid" 2>/dev/null || true
+    echo "  during the change: $(grep -o '[0-9]* received, [0-9.]*% packet loss' "$STATE/rc.ping"); $dropped datagrams hit the dead path"
+    # The address in use removed: the other one on the same veth takes over (IPv4 picks the
+    # primary, IPv6 may pick either).
+    local used="$a2" other="$a2b"
+    [ "$ep" = "$(hp "$a2b" 51820)" ] && used="$a2b" other="$a2"
+    n "$A" ip addr del "$used/$len" dev "$VA2"
+    must "ping A->B after the address in use was removed" n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 100.64.0.2 >/dev/null
+    ep="$(endpoint_of "$B" "$WB" "$PA")"
+    echo "  address $used removed: B sees A at $ep"
+    [ "$ep" = "$(hp "$other" 51820)" ] || fail "B sees A at $ep after the address was removed"
+    must "ping B->A after the address was removed" ping4 "$B" 100.64.0.1
+    must "daemon A alive" kill -0 "$PIDA"
 }

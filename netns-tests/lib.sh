@@ -77,7 +77,8 @@ need_root() {
 ensure_tools() {
     local missing=() t
     for t in ip:iproute2 ping:iputils-ping wg:wireguard-tools wireguard-go:wireguard-go \
-             iperf3:iperf3 nft:nftables taskset:util-linux ss:iproute2; do
+             iperf3:iperf3 nft:nftables iptables-restore:iptables ip6tables-restore:iptables \
+             taskset:util-linux ss:iproute2 python3:python3; do
         command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
     done
     if [ "${#missing[@]}" -gt 0 ]; then

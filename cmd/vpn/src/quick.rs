@@ -11,9 +11,10 @@
 //! text) are plain functions tested below; the rest is thin `ip`/`sysctl`/`resolvconf`
 //! invocations whose failures name the command that failed.
 //!
-//! Not done: wg-quick's firewall rules for default routes (the nft/iptables rules that drop
-//! spoofed packets to the tunnel address and copy the fwmark to conntrack). A warning says
-//! so when a default route is installed.
+//! A default route also gets wg-quick's firewall rules (`quick/firewall.rs`: packets to the
+//! tunnel address arriving on another interface are dropped, the fwmark is copied to
+//! conntrack), with nftables or else iptables; `vpn up` refuses before changing anything when
+//! neither is installed, and `down` removes them.
 
 use std::cell::RefCell;
 use std::fs;
@@ -30,6 +31,7 @@ use vpn_uapi::client;
 use crate::Error;
 
 mod darwin;
+mod firewall;
 
 /// Arguments of `vpn up` and `vpn down`.
 #[derive(clap::Args, Debug)]
@@ -435,6 +437,8 @@ struct Done {
     dns: bool,
     /// The table of the default-route rules, if any were added.
     default_table: Option<u32>,
+    /// Whether firewall rules may have been added (removed again on failure).
+    firewall: bool,
 }
 
 /// `vpn up <config|name>`: the Linux steps, or on macOS those of wg-quick's darwin script
@@ -461,6 +465,18 @@ pub fn up(args: &Args) -> Result<(), Error> {
 
 fn up_steps(t: &Tunnel, done: &mut Done) -> Result<(), Error> {
     let ifname = t.ifname.as_str();
+    // The firewall tool a default route needs is checked before anything changes.
+    let routes = route_list(&t.config);
+    let default_v = |v6: bool| {
+        routes.iter().any(|p| {
+            p.is_ipv6() == v6 && route_step(&t.config.interface.table, p) == RouteStep::Default
+        })
+    };
+    let firewall_tool = if default_v(false) || default_v(true) {
+        Some(firewall::choose(default_v(false), default_v(true))?)
+    } else {
+        None
+    };
     start_daemon(ifname)?;
     run_hooks(&t.config.interface.pre_up, ifname)?;
 
@@ -509,8 +525,7 @@ fn up_steps(t: &Tunnel, done: &mut Done) -> Result<(), Error> {
     set_dns(t, done)?;
 
     let mut fwmark = t.config.interface.fwmark.filter(|&m| m != 0);
-    let mut warned = false;
-    for p in route_list(&t.config) {
+    for p in routes {
         match route_step(&t.config.interface.table, &p) {
             RouteStep::Skip => {}
             RouteStep::InTable(table) => run_str(&[
@@ -570,11 +585,9 @@ fn up_steps(t: &Tunnel, done: &mut Done) -> Result<(), Error> {
                         run_str(&["sysctl", "-q", "net.ipv4.conf.all.src_valid_mark=1"])?;
                     }
                 }
-                if !warned {
-                    eprintln!(
-                        "[!] Warning: the anti-spoofing and connmark firewall rules wg-quick adds for default routes are not installed"
-                    );
-                    warned = true;
+                if let Some(tool) = firewall_tool {
+                    done.firewall = true;
+                    firewall::add(tool, ifname, p.is_ipv6(), table)?;
                 }
             }
         }
@@ -711,6 +724,9 @@ fn del_if(t: &Tunnel, done: &Done) {
     if done.dns {
         unset_dns(t);
     }
+    if done.firewall {
+        firewall::remove(&t.ifname);
+    }
     if let Some(table) = done.default_table {
         remove_default_rules(table);
     }
@@ -793,6 +809,8 @@ pub fn down(args: &Args) -> Result<(), Error> {
         .any(IpPrefix::is_default);
     let done = Done {
         dns: false,
+        // As wg-quick's `down`: whatever rules carry this interface's names.
+        firewall: true,
         default_table: match (&t.config.interface.table, live.interface.fwmark) {
             (Table::Auto, Some(m)) if m != 0 && has_default => Some(m),
             _ => None,

@@ -12,6 +12,8 @@ pub mod darwin;
 #[cfg(target_os = "linux")]
 mod linux;
 pub mod memory;
+#[cfg(target_os = "linux")]
+mod netns_watch;
 pub mod offload;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod shutdown;
@@ -20,6 +22,8 @@ mod shutdown;
 pub use darwin::DarwinTun;
 #[cfg(target_os = "linux")]
 pub use linux::{LinuxTun, TunStats};
+#[cfg(target_os = "linux")]
+pub use netns_watch::NamespaceWatch;
 
 use std::io;
 

@@ -564,6 +564,13 @@ impl Device for LinuxTun {
     }
 }
 
+/// The TUN descriptor, for probes that need their own handle on it (`NamespaceWatch`).
+impl AsFd for LinuxTun {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Drop for LinuxTun {
     fn drop(&mut self) {
         if let Err(e) = self.close() {

@@ -59,7 +59,13 @@ impl UapiListener {
 
     /// Wraps a listening socket inherited from a parent (`WG_UAPI_FD`). Its path (if it has
     /// one) is watched and removed on close like a socket [`bind`](Self::bind) created.
+    ///
+    /// Anything but a listening Unix stream socket is refused with an error saying what the
+    /// descriptor is instead (a file, another kind of socket, a socket nobody called
+    /// `listen(2)` on), so a supervisor's mistake stops the daemon at start, not at the first
+    /// `wg` call.
     pub fn from_listener(listener: UnixListener) -> io::Result<UapiListener> {
+        check_listening_stream(&listener)?;
         let addr = listener.local_addr()?;
         let path = addr.as_pathname().map(Path::to_path_buf).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "UAPI socket has no path")
@@ -76,6 +82,46 @@ impl UapiListener {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Is `listener` really a listening Unix stream socket? `UnixListener::from(OwnedFd)` takes any
+/// descriptor on trust.
+fn check_listening_stream(listener: &UnixListener) -> io::Result<()> {
+    let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
+    let sock = socket2::SockRef::from(listener);
+    let ty = sock.r#type().map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOTSOCK) => invalid("not a socket".into()),
+        _ => e,
+    })?;
+    // `local_addr` fails for any family but AF_UNIX.
+    listener
+        .local_addr()
+        .map_err(|e| invalid(format!("not a Unix socket ({e})")))?;
+    if ty != socket2::Type::STREAM {
+        return Err(invalid(format!(
+            "a Unix socket of type {}, not a stream socket",
+            libc::c_int::from(ty)
+        )));
+    }
+    if !is_listening(listener)? {
+        return Err(invalid(
+            "a Unix stream socket that is not listening (listen(2) was not called)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `SO_ACCEPTCONN`, where the system reports it for Unix sockets (Linux).
+#[cfg(target_os = "linux")]
+fn is_listening(listener: &UnixListener) -> io::Result<bool> {
+    use std::os::fd::AsFd;
+    Ok(vpn_sys::sockopt::get_int(listener.as_fd(), libc::SOL_SOCKET, libc::SO_ACCEPTCONN)? != 0)
+}
+
+/// Elsewhere an unlistened socket shows itself at the first `accept`.
+#[cfg(not(target_os = "linux"))]
+fn is_listening(_: &UnixListener) -> io::Result<bool> {
+    Ok(true)
 }
 
 /// Creates `dir` (and parents) with mode 0755 (through the umask, as wireguard-go's
@@ -106,4 +152,57 @@ fn bind_private(path: &Path) -> io::Result<UnixListener> {
 
 pub(crate) fn identity(path: &Path) -> Option<(u64, u64)> {
     fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::{Domain, SockAddr, Socket, Type};
+    use std::os::fd::OwnedFd;
+
+    fn scratch(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("vpn-uapi-{name}-{}", std::process::id()));
+        let _ = fs::remove_file(&p);
+        p
+    }
+
+    fn refused(fd: OwnedFd) -> String {
+        match UapiListener::from_listener(UnixListener::from(fd)) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => {
+                assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+                e.to_string()
+            }
+        }
+    }
+
+    #[test]
+    fn inherited_listener_must_be_a_listening_unix_stream_socket() {
+        let file = fs::File::open("/dev/null").unwrap();
+        assert_eq!(refused(file.into()), "not a socket");
+
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(refused(tcp.into()).starts_with("not a Unix socket"));
+
+        let p = scratch("dgram");
+        let dgram = std::os::unix::net::UnixDatagram::bind(&p).unwrap();
+        assert!(refused(dgram.into()).contains("not a stream socket"));
+        fs::remove_file(&p).unwrap();
+
+        // Only Linux reports SO_ACCEPTCONN for Unix sockets.
+        if cfg!(target_os = "linux") {
+            let p = scratch("unlistened");
+            let s = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+            s.bind(&SockAddr::unix(&p).unwrap()).unwrap();
+            assert!(refused(s.into()).contains("not listening"));
+            fs::remove_file(&p).unwrap();
+        }
+
+        let p = scratch("listening");
+        let l = UnixListener::bind(&p).unwrap();
+        let u = UapiListener::from_listener(l).unwrap();
+        assert_eq!(u.path(), p);
+        drop(u);
+        let _ = fs::remove_file(&p);
+    }
 }

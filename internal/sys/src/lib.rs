@@ -32,6 +32,8 @@ pub mod poll;
 #[cfg(all(feature = "posix-kernel", target_os = "linux"))]
 pub mod posix_kernel;
 #[cfg(target_os = "linux")]
+pub mod route_events;
+#[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]
 mod sockaddr;

@@ -3,6 +3,7 @@
 //! `SCHED_BATCH` for the light direction of bulk traffic.
 
 use super::{memory_budget, Parts, DEFAULT_MTU};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::{ConnectedOptions, StdNetBind};
@@ -11,7 +12,7 @@ use vpn_device::sched::Scheduling;
 use vpn_device::Options;
 use vpn_ipc::Statistics;
 use vpn_sys::cycles::{TimeJumps, Tsc};
-use vpn_tun::{Device as _, LinuxTun, TunStats};
+use vpn_tun::{Device as _, LinuxTun, NamespaceWatch, TunStats};
 use vpn_uapi::StatsFn;
 
 /// The daemon's clock: CLOCK_BOOTTIME, interpolated with the TSC where the kernel keeps time
@@ -93,7 +94,11 @@ impl Counter for TscCounter {
 
 fn open_tun(ifname: &str) -> Result<LinuxTun, crate::Error> {
     match super::inherited_fd("WG_TUN_FD")? {
-        Some(fd) => Ok(LinuxTun::from_fd(fd, DEFAULT_MTU).map_err(|e| format!("WG_TUN_FD: {e}"))?),
+        Some(fd) => {
+            let raw = fd.as_raw_fd();
+            Ok(LinuxTun::from_fd(fd, DEFAULT_MTU)
+                .map_err(|e| format!("WG_TUN_FD={raw}: not a usable TUN device: {e}"))?)
+        }
         // `VPN_TUN_OFFLOAD=0`: a plain TUN without the virtio-net header (see `VPN_UDP_OFFLOAD`).
         None => {
             let offload = std::env::var("VPN_TUN_OFFLOAD").map_or(true, |v| v != "0");
@@ -125,9 +130,12 @@ pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
         )
         // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
         .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"));
+    // Up and down also followed while the interface lives in another network namespace.
+    let watched = NamespaceWatch::new(tun.clone())
+        .map_err(|e| format!("TUN {name}: starting its namespace watch: {e}"))?;
     Ok(Parts {
         tun_stats: Some(tun_stats_fn(tun.clone())),
-        tun,
+        tun: Arc::new(watched),
         name,
         bind,
         opts,

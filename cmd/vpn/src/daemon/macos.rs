@@ -10,6 +10,7 @@
 //! `VPN_DONT_FRAGMENT=1` (`IP_DONTFRAG` on the bind's sockets).
 
 use super::{memory_budget, write_name_file, Parts, DEFAULT_MTU};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 use vpn_conn::{ConnectedOptions, StdNetBind};
@@ -25,7 +26,11 @@ fn env_flag(var: &str) -> bool {
 
 fn open_tun(ifname: &str) -> Result<DarwinTun, crate::Error> {
     match super::inherited_fd("WG_TUN_FD")? {
-        Some(fd) => Ok(DarwinTun::from_fd(fd, DEFAULT_MTU).map_err(|e| format!("WG_TUN_FD: {e}"))?),
+        Some(fd) => {
+            let raw = fd.as_raw_fd();
+            Ok(DarwinTun::from_fd(fd, DEFAULT_MTU)
+                .map_err(|e| format!("WG_TUN_FD={raw}: not a usable TUN device: {e}"))?)
+        }
         None => Ok(DarwinTun::create(ifname, DEFAULT_MTU).map_err(|e| {
             format!("failed to create TUN device {ifname} (the name must be utun or utunN): {e}")
         })?),

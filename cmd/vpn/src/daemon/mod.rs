@@ -102,14 +102,31 @@ pub fn run(ifname: &str, foreground: bool) -> Result<(), crate::Error> {
 fn parse_fd(var: &str, v: &str) -> Result<RawFd, crate::Error> {
     v.trim()
         .parse::<RawFd>()
-        .map_err(|_| format!("{var}={v:?} is not a file descriptor number").into())
+        .ok()
+        .filter(|&fd| fd >= 0)
+        .ok_or_else(|| format!("{var}={v:?} is not a file descriptor number").into())
 }
 
-/// The fd an environment variable names (`WG_TUN_FD`, `WG_UAPI_FD`), if it is set.
+/// The fd an environment variable names (`WG_TUN_FD`, `WG_UAPI_FD`), if it is set. A value
+/// that is not a number, names stdio or names no open fd is an error that says which variable
+/// and fd it was (a supervisor that closed the fd before exec-ing us is the usual cause).
 fn inherited_fd(var: &str) -> Result<Option<std::os::fd::OwnedFd>, crate::Error> {
     match std::env::var(var) {
-        Ok(v) => Ok(Some(sys::take_inherited_fd(parse_fd(var, &v)?)?)),
-        Err(_) => Ok(None),
+        Ok(v) => {
+            let raw = parse_fd(var, &v)?;
+            let fd = sys::take_inherited_fd(raw).map_err(|e| {
+                if raw <= 2 {
+                    format!("{var}={raw}: fd {raw} is standard input, output or error, not an inherited descriptor")
+                } else {
+                    format!("{var}={raw}: fd {raw} is not open in this process ({e})")
+                }
+            })?;
+            Ok(Some(fd))
+        }
+        Err(std::env::VarError::NotUnicode(v)) => {
+            Err(format!("{var}={v:?} is not a file descriptor number").into())
+        }
+        Err(std::env::VarError::NotPresent) => Ok(None),
     }
 }
 
@@ -161,7 +178,11 @@ fn detach(ifname: &str) -> Result<(), crate::Error> {
 
 fn open_uapi(name: &str) -> Result<UapiListener, crate::Error> {
     match inherited_fd("WG_UAPI_FD")? {
-        Some(fd) => Ok(UapiListener::from_listener(UnixListener::from(fd))?),
+        Some(fd) => {
+            let raw = fd.as_raw_fd();
+            Ok(UapiListener::from_listener(UnixListener::from(fd))
+                .map_err(|e| format!("WG_UAPI_FD={raw}: {e}"))?)
+        }
         None => Ok(UapiListener::bind(Path::new(vpn_uapi::DEFAULT_DIR), name)
             .map_err(|e| format!("failed to listen on UAPI socket for {name}: {e}"))?),
     }
@@ -333,7 +354,9 @@ mod tests {
     #[test]
     fn fd_numbers() {
         assert_eq!(parse_fd("X", " 5\n").unwrap(), 5);
-        assert!(parse_fd("X", "five").is_err());
+        for bad in ["five", "-3", "", "3.0", "99999999999"] {
+            assert!(parse_fd("X", bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

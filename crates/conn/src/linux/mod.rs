@@ -19,6 +19,7 @@ mod listen;
 mod recv;
 pub(crate) mod segments;
 pub(crate) mod send;
+mod sources;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +42,7 @@ use crate::{
 };
 use recv::Reader;
 use send::{send_all, Sent, MAX_V4_PAYLOAD, MAX_V6_PAYLOAD};
+use sources::SourceCheck;
 
 /// One address family's socket, shared by the bind and that family's reader (and the socket
 /// of a connected pair).
@@ -194,6 +196,9 @@ pub struct StdNetBind {
     mark: Arc<AtomicU32>,
     offload: bool,
     send_pool: Mutex<Vec<SendScratch>>,
+    /// Sticky sources re-checked after route and address changes; its listener starts at
+    /// the first open (in the namespace the sockets live in).
+    sources: std::sync::OnceLock<Arc<SourceCheck>>,
 }
 
 impl Default for StdNetBind {
@@ -222,6 +227,7 @@ impl StdNetBind {
             mark: Arc::new(AtomicU32::new(0)),
             offload,
             send_pool: Mutex::new(Vec::new()),
+            sources: std::sync::OnceLock::new(),
         }
     }
 
@@ -261,6 +267,15 @@ impl StdNetBind {
         [v4.flatten(), v6.flatten()]
     }
 
+    /// Is `ep`'s sticky source still the one to send from? Only asks the kernel after route
+    /// or address changes (see [`sources`]).
+    fn source_still_right(&self, ep: &Endpoint, src: &crate::StickySource) -> bool {
+        match self.sources.get() {
+            Some(check) => check.keep(ep.dst.ip(), src, self.mark.load(Ordering::Relaxed)),
+            None => true,
+        }
+    }
+
     #[cfg(test)]
     fn with_socket<R>(&self, v6: bool, f: impl FnOnce(&Socket) -> R) -> Option<R> {
         let st = self.core.state.read();
@@ -293,6 +308,7 @@ impl Bind for StdNetBind {
         st.v6 = v6.map(|l| family(l, true));
         st.open = true;
         st.connected = self.new_connected(port);
+        self.sources.get_or_init(SourceCheck::start);
         let mut fns: Vec<ReceiveFunc> = Vec::with_capacity(2);
         for fam in st.families() {
             let mut reader =
@@ -330,12 +346,12 @@ impl Bind for StdNetBind {
             return Ok(());
         }
         let route = self.core.route(ep)?;
-        if let Some(r) = route.send_connected(bufs, ep.src.map(|s| s.ip)) {
+        let sticky = ep.src.filter(|s| self.source_still_right(ep, s));
+        if let Some(r) = route.send_connected(bufs, sticky.map(|s| s.ip)) {
             return r;
         }
         let (fam, dst) = (&route.fam, route.dst);
-        let src = ep
-            .src
+        let src = sticky
             .filter(|s| s.ip.is_ipv6() == dst.is_ipv6())
             .map(|s| PktInfo {
                 addr: s.ip,
