@@ -6,7 +6,7 @@
 //! - `vpn up <config|name>` / `vpn down <config|name>`: wg-quick-style tunnels.
 //! - `vpn show [ifname]`, `vpn genkey`, `vpn pubkey`.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod daemon;
@@ -33,6 +33,9 @@ struct Cli {
     /// Run the daemon for this interface (as wireguard-go does).
     ifname: Option<String>,
 
+    #[command(flatten)]
+    daemon: daemon::DaemonOptions,
+
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -52,6 +55,7 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    daemon::forget_empty_variables(&Cli::command());
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let res = match cli.cmd {
@@ -61,7 +65,7 @@ fn main() -> ExitCode {
         Some(Cmd::Genkey) => keys::genkey(),
         Some(Cmd::Pubkey) => keys::pubkey(),
         None => match cli.ifname {
-            Some(ifname) => daemon::run(&ifname, cli.foreground),
+            Some(ifname) => daemon::run(&ifname, cli.foreground, &cli.daemon),
             None => Err("missing interface name or command (see --help)".into()),
         },
     };

@@ -807,14 +807,6 @@ fn bind_option_is_honoured_only_with_a_starter() {
     assert!(on.connected_sockets().is_some());
     on.close().unwrap();
     assert!(on.connected_sockets().is_none());
-    let env = ConnectedOptions::from_vars(|k| match k {
-        "VPN_CONNECTED_SOCKETS" => Some("1".into()),
-        "VPN_CONNECTED_IDLE_MS" => Some("1500".into()),
-        _ => None,
-    });
-    assert!(env.enabled);
-    assert_eq!(env.idle_interval, Duration::from_millis(1500));
-    assert!(!ConnectedOptions::from_vars(|_| None).enabled);
 }
 
 /// A WireGuard-looking transport message carrying sequence number `i`.
