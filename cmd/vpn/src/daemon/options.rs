@@ -56,12 +56,12 @@ pub struct DaemonOptions {
     pub connected_idle_ms: u64,
 
     /// Cap on packet memory (every reader's slabs and the packets in flight, both directions):
-    /// bytes with an optional K, M or G suffix; 0 is unbounded.
+    /// bytes with an optional K, M or G suffix, at least 1M; 0 is unbounded.
     #[arg(
         long,
         env = "VPN_MEMORY_BUDGET",
         value_name = "SIZE",
-        value_parser = parse_size::<usize>,
+        value_parser = parse_budget,
         default_value = "32M"
     )]
     pub memory_budget: usize,
@@ -167,6 +167,17 @@ fn parse_switch(s: &str) -> Result<bool, String> {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A memory budget: a size of at least [`vpn_device::MIN_MEMORY_BUDGET`], or 0 (no cap).
+fn parse_budget(s: &str) -> Result<usize, String> {
+    match parse_size::<usize>(s)? {
+        b if b != 0 && b < vpn_device::MIN_MEMORY_BUDGET => Err(format!(
+            "{s:?} is below the least budget, {} KiB (0: no cap)",
+            vpn_device::MIN_MEMORY_BUDGET >> 10
+        )),
+        b => Ok(b),
+    }
 }
 
 /// A byte count with an optional binary suffix: `16777216`, `16384K`, `16M`, `1G`.
@@ -325,6 +336,7 @@ mod tests {
     fn bad_values_name_the_flag() {
         for (args, env, flag) in [
             (vec!["--memory-budget=16MB"], vec![], "--memory-budget"),
+            (vec!["--memory-budget=512K"], vec![], "--memory-budget"),
             (
                 vec![],
                 vec![("VPN_MEMORY_BUDGET", "lots")],
@@ -387,12 +399,15 @@ mod tests {
     }
 
     #[test]
-    fn sizes_take_binary_suffixes_and_refuse_anything_else() {
+    fn sizes_take_binary_suffixes_and_budgets_start_at_one_mebibyte() {
         assert_eq!(parse_size::<usize>("16777216"), Ok(16 << 20));
         assert_eq!(parse_size::<usize>("16384K"), Ok(16 << 20));
         assert_eq!(parse_size::<usize>(" 16M "), Ok(16 << 20));
         assert_eq!(parse_size::<u64>("1g"), Ok(1 << 30));
         assert_eq!(parse_size::<usize>("0"), Ok(0));
+        assert_eq!(parse_budget("0"), Ok(0));
+        assert_eq!(parse_budget("1M"), Ok(vpn_device::MIN_MEMORY_BUDGET));
+        assert!(parse_budget("1023K").is_err());
         for bad in [
             "",
             "M",
