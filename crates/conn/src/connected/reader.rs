@@ -1,7 +1,9 @@
 //! Reading a pair socket straight into the device's buffers (reference-behaviour §4.4).
 //!
 //! The device hands a reader `batch` buffers of one packet each. Without UDP GRO, `recvmmsg`
-//! writes datagram `i` into buffer `i`, offering the kernel at most the current slot size.
+//! writes datagram `i` into buffer `i`, offering the kernel at most the current slot size; when
+//! that slot is larger than some buffers (past the MTU's slots of the device's slab), datagram
+//! `j` goes to the first buffer of run `j` instead, as with GRO.
 //! With GRO one read returns a super-datagram of up to 64 segments; it is read into the first
 //! buffer of a run of [`GRO_SEGMENTS`] and its second and later segments are copied into the
 //! following buffers of that run (the only copy on this path: device buffers hold one packet
@@ -53,6 +55,19 @@ pub(super) fn receive_func(
     (f, SLOT_TIERS[SLOT_TIERS.len() - 1], READ_BATCH)
 }
 
+/// Where a read puts its datagrams: with GRO, or when the slot is larger than some of the
+/// buffers (the device lays a batch into a slab whose slots follow the MTU, and only the first
+/// slot of each run of [`GRO_SEGMENTS`] holds any datagram), one datagram per run, in its
+/// first buffer; otherwise one per buffer. So once a socket's slot grew past the MTU's, large
+/// datagrams are read one per run instead of truncated in the small slots.
+pub(super) fn stride_for(bufs: &[&mut [u8]], slot: usize, gro: bool) -> usize {
+    if gro || bufs.iter().any(|b| b.len() < slot) {
+        GRO_SEGMENTS.min(bufs.len()).max(1)
+    } else {
+        1
+    }
+}
+
 impl PairReader {
     fn closed(&self) -> io::Result<usize> {
         Err(err_closed())
@@ -78,8 +93,6 @@ impl PairReader {
         }
         let (bufs, sizes, eps) = (&mut bufs[..n], &mut sizes[..n], &mut eps[..n]);
         let gro = self.pair.fam.gro;
-        let stride = if gro { GRO_SEGMENTS.min(n) } else { 1 };
-        let capacity = n.div_ceil(stride).min(self.batch.capacity());
         loop {
             if self.pause {
                 self.pause = false;
@@ -89,6 +102,8 @@ impl PairReader {
                 return self.closed();
             }
             let slot = SLOT_TIERS[self.tier];
+            let stride = stride_for(bufs, slot, gro);
+            let capacity = n.div_ceil(stride).min(self.batch.capacity());
             let res = {
                 let guard = self.pair.fam.sock.read();
                 let Some(sock) = guard.as_ref() else {
