@@ -5,7 +5,7 @@
 //! that slot is larger than some buffers (past the MTU's slots of the device's slab), datagram
 //! `j` goes to the first buffer of run `j` instead, as with GRO.
 //! With GRO one read returns a super-datagram of up to 64 segments; it is read into the first
-//! buffer of a run of [`GRO_SEGMENTS`] and its second and later segments are copied into the
+//! buffer of a run of [`GRO_SEGMENTS`](crate::linux::segments::GRO_SEGMENTS) and its second and later segments are copied into the
 //! following buffers of that run (the only copy on this path: device buffers hold one packet
 //! each). Entries a read leaves unused have size 0.
 
@@ -16,10 +16,10 @@ use std::sync::{Arc, Weak};
 
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
-use super::slots::{initial_tier, is_transient, should_pause, COALESCE_DELAY};
+use super::slots::{initial_tier, is_transient, should_pause, stride_for, COALESCE_DELAY};
 pub(super) use super::slots::{READ_BATCH, SLOT_TIERS};
 use super::{canonical, Inner, Pair};
-use crate::linux::segments::{split, Layout, GRO_SEGMENTS};
+use crate::linux::segments::{split, Layout};
 use crate::{err_closed, Endpoint, ReceiveFunc, StickySource};
 
 /// The state behind one pair socket's receive function.
@@ -53,19 +53,6 @@ pub(super) fn receive_func(
     };
     let f: ReceiveFunc = Box::new(move |bufs, sizes, eps| r.read(bufs, sizes, eps));
     (f, SLOT_TIERS[SLOT_TIERS.len() - 1], READ_BATCH)
-}
-
-/// Where a read puts its datagrams: with GRO, or when the slot is larger than some of the
-/// buffers (the device lays a batch into a slab whose slots follow the MTU, and only the first
-/// slot of each run of [`GRO_SEGMENTS`] holds any datagram), one datagram per run, in its
-/// first buffer; otherwise one per buffer. So once a socket's slot grew past the MTU's, large
-/// datagrams are read one per run instead of truncated in the small slots.
-pub(super) fn stride_for(bufs: &[&mut [u8]], slot: usize, gro: bool) -> usize {
-    if gro || bufs.iter().any(|b| b.len() < slot) {
-        GRO_SEGMENTS.min(bufs.len()).max(1)
-    } else {
-        1
-    }
 }
 
 impl PairReader {

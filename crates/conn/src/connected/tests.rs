@@ -453,13 +453,14 @@ fn large_datagrams_in_one_read_arrive_whole_through_a_slab_of_mtu_slots() {
 fn a_read_strides_over_runs_only_when_its_slot_outgrows_a_buffer() {
     let mut storage = slab_like(128);
     let bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
-    assert_eq!(reader::stride_for(&bufs, SLOT_TIERS[0], false), 1);
-    assert_eq!(reader::stride_for(&bufs, SLOT_TIERS[1], false), 64);
-    assert_eq!(reader::stride_for(&bufs, SLOT_TIERS[0], true), 64);
+    assert_eq!(slots::SLAB_RUN, crate::linux::segments::GRO_SEGMENTS);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[0], false), 1);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[1], false), 64);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[0], true), 64);
     let mut big = vec![vec![0u8; 65_535]; 8];
     let bufs: Vec<&mut [u8]> = big.iter_mut().map(|b| &mut b[..]).collect();
-    assert_eq!(reader::stride_for(&bufs, SLOT_TIERS[2], false), 1);
-    assert_eq!(reader::stride_for(&bufs, SLOT_TIERS[2], true), 8);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[2], false), 1);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[2], true), 8);
 }
 
 #[test]
