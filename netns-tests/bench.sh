@@ -19,6 +19,8 @@
 # of its own.
 #
 # Usage (root): netns-tests/bench.sh [path/to/release/vpn]
+#        netns-tests/bench.sh --chart   (no root: redraws docs/tunnel-benchmark.svg from the
+#                                        figures already in $DOC, nothing measured)
 #   CC=cubic (empty: the host's default only)
 #   RUNS=3 SECS=4 (seconds per iperf3 run) RTT_ROUNDS=10 RTT_PINGS=20 RTT_INTERVAL=0.05
 #   MAX_LOAD=1 LOAD_WAIT=300 (seconds to wait for a quiet machine) DOC=docs/performance.md
@@ -31,6 +33,93 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
+# The SVG chart, from rows "label|tcp1|tcp4|tcp1host|cpugb" (medians; empty where not
+# measured) on stdin. Left: TCP 1 and 4 streams (and 1 stream under the host's congestion
+# control) in Gbit/s for the tunnels, on a scale of their own; plain veth, many times faster,
+# would flatten them to slivers, so its figures are a line of text. Right: the daemons' CPU
+# seconds per GB for the same tunnels (lower is better). $1: the host's congestion control.
+chart() {
+    awk -F'|' -v cc="${1:-host}" '
+        function esc(t) { gsub(/&/, "\\&amp;", t); gsub(/</, "\\&lt;", t); return t }
+        $1 == "plain veth" { veth1 = $2; veth4 = $3; vethh = $4; next }
+        { n++; sub(/ \([^)]*\)$/, "", $1); name[n] = $1; cpu[n] = $5
+          for (s = 1; s <= 3; s++) { v[n, s] = $(s + 1); if (v[n, s] != "" && v[n, s] + 0 > mx) mx = v[n, s] + 0
+                                     if (v[n, s] != "") has[s] = 1 }
+          if (cpu[n] != "" && cpu[n] + 0 > cmx) cmx = cpu[n] + 0 }
+        END {
+            split("1 stream|4 streams|1 stream, " cc, lg, "|"); split("#4472c4 #ed7d31 #a5a5a5", col, " ")
+            ns = 0; for (s = 1; s <= 3; s++) if (has[s]) idx[++ns] = s
+            W = 820; H = 360; L = 50; T = 66; B = 56; PR = 470; ph = H - T - B
+            if (mx <= 0) mx = 1; if (cmx <= 0) cmx = 1
+            # Four grid steps of 1, 2, 2.5 or 5 times a power of ten, the top above the tallest bar.
+            raw = mx * 1.1 / 4; p = 1; while (p * 10 <= raw) p *= 10; while (p > raw) p /= 10
+            step = (raw <= p) ? p : (raw <= 2 * p) ? 2 * p : (raw <= 2.5 * p) ? 2.5 * p : (raw <= 5 * p) ? 5 * p : 10 * p
+            top = step * 4; gw = (PR - L) / (n ? n : 1)
+            printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
+            printf "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            printf "<text x=\"%d\" y=\"18\" font-size=\"14\">iperf3 TCP through the tunnel, Gbit/s (median)</text>\n", L
+            if (veth1 != "") {
+                t = sprintf("%.1f", veth1); if (veth4 != "") t = t sprintf(" · %.1f", veth4); if (vethh != "") t = t sprintf(" · %.1f", vethh)
+                printf "<text x=\"%d\" y=\"38\" font-size=\"11\" fill=\"#555\">Reference, plain veth without a tunnel (off this scale):</text>\n", L
+                printf "<text x=\"%d\" y=\"52\" font-size=\"11\" fill=\"#555\">%s Gbit/s, in the legend\x27s order</text>\n", L, t }
+            printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T, L, T + ph
+            printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T + ph, PR, T + ph
+            for (k = 0; k <= 4; k++) { y = T + ph - ph * k / 4
+                printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 5, y + 4, step * k
+                printf "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, PR, y }
+            bw = gw * 0.75 / (ns ? ns : 1)
+            for (i = 1; i <= n; i++) { x = L + (i - 1) * gw + gw * 0.125
+                for (j = 1; j <= ns; j++) { s = idx[j]; if (v[i, s] == "") continue
+                    h = ph * v[i, s] / top; xs = x + (j - 1) * bw
+                    printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", xs, T + ph - h, bw, h, col[s]
+                    printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\">%.2f</text>\n", xs + bw / 2, T + ph - h - 3, v[i, s] }
+                printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%s</text>\n", x + ns * bw / 2, T + ph + 16, esc(name[i]) }
+            for (j = 1; j <= ns; j++) { s = idx[j]
+                printf "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n", L + (j - 1) * 120, H - 22, col[s], L + (j - 1) * 120 + 16, H - 12, lg[s] }
+            # CPU per GB: one horizontal bar per tunnel.
+            CL = 610; CR = W - 50; cw = CR - CL; rh = ph / (n ? n : 1)
+            printf "<text x=\"%d\" y=\"18\" font-size=\"14\">CPU-s per GB, TCP 1 stream</text>\n", PR + 60
+            printf "<text x=\"%d\" y=\"38\" font-size=\"11\" fill=\"#555\">both daemons\x27 CPU time; lower is better</text>\n", PR + 60
+            printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", CL, T, CL, T + ph
+            for (i = 1; i <= n; i++) { y = T + (i - 1) * rh + rh * 0.2
+                printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%s</text>\n", CL - 6, y + rh * 0.3 + 4, esc(name[i])
+                if (cpu[i] == "") { printf "<text x=\"%d\" y=\"%.1f\" font-size=\"10\">not measured</text>\n", CL + 4, y + rh * 0.3 + 4; continue }
+                w = cw * cpu[i] / (cmx * 1.1)
+                printf "<rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#70ad47\"/>\n", CL, y, w, rh * 0.6
+                printf "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\">%.2f</text>\n", CL + w + 4, y + rh * 0.3 + 4, cpu[i] }
+            print "</svg>"
+        }'
+}
+
+# Chart rows from a written section (the medians in its tables) on stdin, for `--chart`.
+rows_from_doc() {
+    awk '
+        function med(c) { gsub(/^ +| +$/, "", c); return (c ~ /^[0-9.]+/) ? c + 0 : "" }
+        /^## Tunnel benchmark \(netns\)/ { in_s = 1; next }
+        in_s && /^## / { in_s = 0 }
+        !in_s { next }
+        !/^\|/ { tbl = 0; next }
+        /^\| implementation \| TCP 1 stream Gbit\/s \|/ { tbl = 1; next }
+        /^\| implementation \| TCP 1 stream Gbit\/s \(/ { tbl = 2; next }
+        /^\| implementation/ { tbl = 0; next }
+        /^\|---/ || !tbl { next }
+        { split($0, c, "|"); label = c[2]; gsub(/^ +| +$/, "", label)
+          if (tbl == 1) { order[++n] = label; t1[label] = med(c[3]); t4[label] = med(c[4]); cpu[label] = med(c[8]) }
+          else th[label] = med(c[3]) }
+        END { for (i = 1; i <= n; i++) { l = order[i]; print l "|" t1[l] "|" t4[l] "|" th[l] "|" cpu[l] } }'
+}
+
+# `bench.sh --chart`: only the chart, redrawn from the figures already in $DOC.
+if [ "${1:-}" = "--chart" ]; then
+    DOC="${DOC:-$ROOT/docs/performance.md}"; SVG="$(dirname "$DOC")/tunnel-benchmark.svg"
+    rows="$(rows_from_doc <"$DOC")"
+    [ -n "$rows" ] || { echo "bench.sh: no \"Tunnel benchmark (netns)\" tables in $DOC" >&2; exit 1; }
+    cc="$(sed -n 's/^| implementation | TCP 1 stream Gbit\/s (\([^)]*\)).*/\1/p' "$DOC" | head -1)"
+    printf '%s\n' "$rows" | chart "${cc:-host}" >"$SVG"
+    echo "== written: $SVG (from the figures in $DOC)"
+    exit 0
+fi
+
 VPN="$(realpath "${1:-$ROOT/target/release/vpn}")"
 RUNS="${RUNS:-3}"; SECS="${SECS:-4}"; RTT_ROUNDS="${RTT_ROUNDS:-10}"; RTT_PINGS="${RTT_PINGS:-20}"
 RTT_INTERVAL="${RTT_INTERVAL:-0.05}"; MAX_LOAD="${MAX_LOAD:-1}"; LOAD_WAIT="${LOAD_WAIT:-300}"
@@ -241,42 +330,6 @@ done
 for impl in $IMPLS; do echo "   $(label "$impl") RTT median/p10/p90/mean: $(pct "$impl" rtt) ms"; done
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-# The SVG chart: TCP 1 and 4 streams (Gbit/s, medians) per implementation, and TCP 1 stream
-# under the host's congestion control when that was measured too.
-chart() {
-    local rows="" impl metric legend="1 stream|4 streams" metrics="tcp1 tcp4"
-    [ -n "$CC" ] && { legend+="|1 stream, $HOST_CC"; metrics+=" tcp1host"; }
-    for impl in $IMPLS; do
-        rows+="$(label "$impl")"
-        for metric in $metrics; do rows+="|$(med "$impl" "$metric")"; done
-        rows+=$'\n'
-    done
-    printf '%s' "$rows" | awk -F'|' -v legend="$legend" '
-        { name[NR] = $1; for (s = 2; s <= NF; s++) { v[NR, s - 1] = $s + 0; if ($s + 0 > mx) mx = $s + 0 }; ns = NF - 1 }
-        END {
-            split(legend, lg, "|"); split("#4472c4 #ed7d31 #a5a5a5", col, " ")
-            W = 640; H = 320; L = 60; T = 30; B = 50; ph = H - T - B; if (mx <= 0) mx = 1
-            top = mx * 1.15; gw = (W - L - 20) / NR
-            printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
-            printf "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            printf "<text x=\"%d\" y=\"18\" font-size=\"14\">iperf3 TCP through the tunnel, Gbit/s (median)</text>\n", L
-            printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T, L, T + ph
-            printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T + ph, W - 20, T + ph
-            for (k = 0; k <= 4; k++) { y = T + ph - ph * k / 4
-                printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", L - 5, y + 4, top * k / 4
-                printf "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - 20, y }
-            bw = gw * 0.7 / ns
-            for (i = 1; i <= NR; i++) { x = L + (i - 1) * gw + gw * 0.15
-                for (s = 1; s <= ns; s++) { h = ph * v[i, s] / top; xs = x + (s - 1) * bw
-                    printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", xs, T + ph - h, bw, h, col[s]
-                    printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.2f</text>\n", xs + bw / 2, T + ph - h - 3, v[i, s] }
-                printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x + ns * bw / 2, T + ph + 18, name[i] }
-            for (s = 1; s <= ns; s++)
-                printf "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n", L + (s - 1) * 130, H - 18, col[s], L + (s - 1) * 130 + 16, H - 8, lg[s]
-            print "</svg>"
-        }'
-}
-
 section() {
     echo "## Tunnel benchmark (netns)"
     echo
@@ -325,7 +378,7 @@ section() {
         done
     fi
     echo
-    echo "![TCP throughput per implementation](tunnel-benchmark.svg)"
+    echo "![TCP throughput and CPU per GB per tunnel, plain veth as a reference figure](tunnel-benchmark.svg)"
     echo
     echo "Same-run ratios (medians):"
     echo "- TCP 1 stream: vpn/boringtun-cli $(ratio vpn boringtun tcp1), vpn/wireguard-go $(ratio vpn wggo tcp1) (targets ≥ 3.5× and ≥ 6×);"
@@ -344,7 +397,9 @@ section() {
     if [ -n "${BENCH_NOTES:-}" ] && [ -f "$BENCH_NOTES" ]; then echo; cat "$BENCH_NOTES"; fi
 }
 
-chart >"$SVG"
+for impl in $IMPLS; do
+    echo "$(label "$impl")|$(med "$impl" tcp1)|$(med "$impl" tcp4)|$(med "$impl" tcp1host)|$(med "$impl" cpugb)"
+done | chart "$HOST_CC" >"$SVG"
 new="$STATE/section.md"
 section >"$new"
 cat "$new"

@@ -19,7 +19,7 @@ for n in 1 8; do
     for connected in 0 1; do
         topology "$n" "$connected"
         iperf_servers "$A" 5200 "$n"
-        pid=$(daemon_pid "$A" wgcsa)
+        pid=$(daemon_pid "$A" ${WA})
         t0=$(cpu_ticks "$pid")
         for k in $(seq "$n"); do
             ip netns exec "$B" iperf3 -c "100.64.$k.1" -p $((5200 + k)) -t "$SECS" -J \
@@ -32,7 +32,7 @@ for n in 1 8; do
             b=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"]) * 8)' "$DIR/b$k.json")
             bits=$((bits + b))
         done
-        pairs=$(uapi_stat "$A" wgcsa bind.connected_open)
+        pairs=$(uapi_stat "$A" "$WA" bind.connected_open)
         python3 - "$n" "$connected" "$bits" "$SECS" "$((t1 - t0))" "$HZ" "$pairs" <<'PY'
 import sys
 n, c, bits, secs, ticks, hz, pairs = sys.argv[1:]
@@ -42,6 +42,6 @@ ns_per_kbit = ticks / hz * 1e9 / (bits / 1000) if bits else float("nan")
 print(f"{n:<6} {'on' if c == '1' else 'off':<9} {mbps:12.0f} {ns_per_kbit:16.1f} {pairs:>14}")
 PY
         cleanup
-        A="vpn-cs-a-$$-$n$connected"; B="vpn-cs-b-$$-$n$connected"; DIR="$(mktemp -d)"
+        A="${NS_PREFIX:-}vpn-cs-a-$$-$n$connected"; B="${NS_PREFIX:-}vpn-cs-b-$$-$n$connected"; DIR="$(mktemp -d)"
     done
 done

@@ -22,7 +22,10 @@ require_root_and_tools() {
     fi
 }
 
-A="vpn-cs-a-$$"; B="vpn-cs-b-$$"
+# NS_PREFIX and IF_PREFIX (optional) prefix the namespaces and the WireGuard interfaces (whose
+# UAPI sockets share /var/run/wireguard with every other run on the machine).
+A="${NS_PREFIX:-}vpn-cs-a-$$"; B="${NS_PREFIX:-}vpn-cs-b-$$"
+WA="${IF_PREFIX:-}wgcsa"; WB="${IF_PREFIX:-}wgcsb"
 DIR="$(mktemp -d)"
 
 cleanup() {
@@ -36,7 +39,7 @@ cleanup() {
         for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
         ip netns del "$ns" 2>/dev/null
     done
-    rm -f /var/run/wireguard/wgcsa.sock /var/run/wireguard/wgcsb*.sock
+    rm -f "/var/run/wireguard/$WA.sock" "/var/run/wireguard/$WB"*.sock
     rm -rf "$DIR"
 }
 trap cleanup EXIT INT TERM
@@ -61,7 +64,7 @@ PublicKey = $pb
 Endpoint = 198.18.0.2:$((51820 + k))
 AllowedIPs = 100.64.$k.2/32
 "
-        cat >"$DIR/wgcsb$k.conf" <<CONF
+        cat >"$DIR/${WB}$k.conf" <<CONF
 [Interface]
 PrivateKey = $kb
 ListenPort = $((51820 + k))
@@ -73,7 +76,7 @@ Endpoint = 198.18.0.1:51820
 AllowedIPs = 100.64.$k.1/32
 CONF
     done
-    cat >"$DIR/wgcsa.conf" <<CONF
+    cat >"$DIR/${WA}.conf" <<CONF
 [Interface]
 PrivateKey = $KA
 ListenPort = 51820
@@ -82,9 +85,9 @@ $peers
 CONF
     chmod 600 "$DIR"/*.conf
     export VPN_CONNECTED_SOCKETS="$connected"
-    ip netns exec "$A" "$VPN" up "$DIR/wgcsa.conf" >/dev/null 2>&1
+    ip netns exec "$A" "$VPN" up "$DIR/${WA}.conf" >/dev/null 2>&1
     for k in $(seq "$n"); do
-        ip netns exec "$B" "$VPN" up "$DIR/wgcsb$k.conf" >/dev/null 2>&1
+        ip netns exec "$B" "$VPN" up "$DIR/${WB}$k.conf" >/dev/null 2>&1
     done
     for k in $(seq "$n"); do
         ip netns exec "$A" ping -c 1 -W 5 -I "100.64.$k.1" "100.64.$k.2" >/dev/null

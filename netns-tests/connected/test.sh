@@ -42,12 +42,12 @@ have=$(connected_sockets "$A" 51820)
 check "$N connected sockets share port 51820 in A (found $have)" [ "$have" -eq "$N" ]
 owners=$(ip netns exec "$A" ss -uanp | awk '$4 ~ /:51820$/' | grep -o 'pid=[0-9]*' | sort -u | wc -l)
 check "one process owns the wildcard and every connected socket" [ "$owners" -eq 1 ]
-dials=$(uapi_stat "$A" wgcsa bind.connected_dials)
+dials=$(uapi_stat "$A" "$WA" bind.connected_dials)
 check "A dialled $N pairs (bind.connected_dials=$dials)" [ "$dials" -ge "$N" ]
 
 step "UDP through every tunnel while pair sockets open mid-stream (fresh daemons)"
 cleanup; trap cleanup EXIT INT TERM
-A="vpn-cs-a2-$$"; B="vpn-cs-b2-$$"; DIR="$(mktemp -d)"
+A="${NS_PREFIX:-}vpn-cs-a2-$$"; B="${NS_PREFIX:-}vpn-cs-b2-$$"; DIR="$(mktemp -d)"
 topology "$N" 1
 iperf_servers "$A" 5200 "$N"
 for k in $(seq "$N"); do
@@ -78,15 +78,15 @@ except Exception as e:
     echo "  peer $k: $lost of $pkts datagrams lost"
     total_lost=$((total_lost + lost))
 done
-recv_conn=$(uapi_stat "$A" wgcsa bind.connected_datagrams_received)
+recv_conn=$(uapi_stat "$A" "$WA" bind.connected_datagrams_received)
 check "pair sockets carried traffic (bind.connected_datagrams_received=$recv_conn)" [ "$recv_conn" -gt 0 ]
 [ "$total_lost" -eq 0 ] || { ip netns exec "$A" nstat -az UdpRcvbufErrors UdpInErrors Udp6RcvbufErrors | sed 's/^/    A: /'; ip netns exec "$A" ss -uanmp | tr -s ' ' | paste - - | grep -v 'd0)' | sed 's/^/    A: /'; }
 check "no datagram lost or misattributed (lost $total_lost)" [ "$total_lost" -eq 0 ]
-dials=$(uapi_stat "$A" wgcsa bind.connected_dials)
+dials=$(uapi_stat "$A" "$WA" bind.connected_dials)
 check "every peer's pair opened mid-stream (bind.connected_dials=$dials)" [ "$dials" -ge "$N" ]
 
 step "flood: unlimited UDP from all $N peers; the receive pool's cap bounds memory"
-pid=$(daemon_pid "$A" wgcsa)
+pid=$(daemon_pid "$A" ${WA})
 for k in $(seq "$N"); do
     ip netns exec "$B" iperf3 -u -c "100.64.$k.1" -p $((5200 + k)) -b 0 -l 1400 -t 3 \
         >/dev/null 2>&1 &
@@ -105,7 +105,7 @@ sleep $((2 * IDLE_MS / 1000 + 2))
 # Two intervals is when they should be gone; a loaded machine gets two more before it counts.
 for ((i = 0; i < 2 * IDLE_MS / 100; i++)); do
     have=$(connected_sockets "$A" 51820)
-    open_now=$(uapi_stat "$A" wgcsa bind.connected_open)
+    open_now=$(uapi_stat "$A" "$WA" bind.connected_open)
     [ "$have" -eq 0 ] && [ "$open_now" -eq 0 ] && break
     sleep 0.1
 done
@@ -114,20 +114,20 @@ check "no connected sockets left (ss: $have, bind.connected_open=$open_now)" \
 
 step "reading goes on while a peer restarts"
 ip netns exec "$B" iperf3 -c 100.64.1.1 -p 5201 -t 2 >/dev/null 2>&1
-before=$(uapi_stat "$A" wgcsa bind.connected_datagrams_received)
-ip netns exec "$B" "$VPN" down "$DIR/wgcsb1.conf" >/dev/null 2>&1
+before=$(uapi_stat "$A" "$WA" bind.connected_datagrams_received)
+ip netns exec "$B" "$VPN" down "$DIR/${WB}1.conf" >/dev/null 2>&1
 ip netns exec "$A" ping -c 3 -i 0.2 -W 1 -I 100.64.1.1 100.64.1.2 >/dev/null 2>&1 || true   # ICMP errors now
-ip netns exec "$B" "$VPN" up "$DIR/wgcsb1.conf" >/dev/null 2>&1
+ip netns exec "$B" "$VPN" up "$DIR/${WB}1.conf" >/dev/null 2>&1
 ip netns exec "$B" iperf3 -c 100.64.1.1 -p 5201 -t 2 >/dev/null 2>&1
-after=$(uapi_stat "$A" wgcsa bind.connected_datagrams_received)
+after=$(uapi_stat "$A" "$WA" bind.connected_datagrams_received)
 check "A's pair reader still receives after the restart ($before -> $after)" [ "$after" -gt "$before" ]
 
 step "rebind: A moves to port 51830, pairs redial there"
-dials=$(uapi_stat "$A" wgcsa bind.connected_dials)
-uapi "$A" wgcsa 'set=1\nlisten_port=51830\n\n' >/dev/null
+dials=$(uapi_stat "$A" "$WA" bind.connected_dials)
+uapi "$A" "$WA" 'set=1\nlisten_port=51830\n\n' >/dev/null
 ip netns exec "$A" ping -c 2 -W 2 -I 100.64.2.1 100.64.2.2 >/dev/null   # B2 learns the new port
 ip netns exec "$B" iperf3 -c 100.64.2.1 -p 5202 -t 2 >/dev/null 2>&1
-after=$(uapi_stat "$A" wgcsa bind.connected_dials)
+after=$(uapi_stat "$A" "$WA" bind.connected_dials)
 check "a pair redialled after the rebind (dials $dials -> $after)" [ "$after" -gt "$dials" ]
 have=$(connected_sockets "$A" 51830)
 check "connected socket on the new port (found $have)" [ "$have" -ge 1 ]

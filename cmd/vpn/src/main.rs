@@ -8,7 +8,7 @@
 
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod daemon;
@@ -35,6 +35,9 @@ struct Cli {
     /// Run the daemon for this interface (as wireguard-go does).
     ifname: Option<String>,
 
+    #[command(flatten)]
+    daemon: daemon::DaemonOptions,
+
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -54,6 +57,7 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    daemon::forget_empty_variables(&Cli::command());
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let res = match cli.cmd {
@@ -63,7 +67,7 @@ fn main() -> ExitCode {
         Some(Cmd::Genkey) => keys::genkey(),
         Some(Cmd::Pubkey) => keys::pubkey(),
         None => match cli.ifname {
-            Some(ifname) => daemon::run(&ifname, cli.foreground),
+            Some(ifname) => daemon::run(&ifname, cli.foreground, &cli.daemon),
             None => Err("missing interface name or command (see --help)".into()),
         },
     };

@@ -31,7 +31,7 @@ use vpn_proto::ratelimiter::RateLimiter;
 use vpn_proto::time::Instant;
 use vpn_tun::Device as Tun;
 
-pub use crate::pool::DEFAULT_MEMORY_BUDGET;
+pub use crate::pool::{DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
 
 /// Construction options. `Options::default()` is what `Device::new` uses.
 ///

@@ -27,7 +27,7 @@ pub mod uapi;
 
 pub(crate) use device::DeviceInner;
 pub(crate) use device::Job;
-pub use device::{Device, Logger, Options, DEFAULT_MEMORY_BUDGET};
+pub use device::{Device, Logger, Options, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
 pub use peer::Peer;
 pub use pool::MemoryUse;
 pub use stats::Stats;

@@ -34,6 +34,15 @@ pub const HEADROOM: usize = 16;
 /// Default cap on the device's packet memory, in bytes (both directions, every reader).
 pub const DEFAULT_MEMORY_BUDGET: usize = 32 << 20;
 
+/// The least budget an embedder may ask for (the daemon's `--memory-budget` and the C ABI's
+/// `wgSetMemoryBudget` refuse less; 0, no cap, aside): 1 MiB, about what the TUN reader and two
+/// socket readers need to hold a slab each at MTU 1420 with batches of 128. [`Options`]
+/// takes any value; the device raises a budget to what its readers need at its MTU and batch
+/// size ([`MemoryUse::budget`] is the cap in force).
+///
+/// [`Options`]: crate::Options
+pub const MIN_MEMORY_BUDGET: usize = 1 << 20;
+
 /// The smallest slot: a whole datagram of any tunnel MTU up to about 2000 (a peer may use a
 /// larger MTU than ours).
 pub const MIN_SLOT: usize = 2048;

@@ -28,14 +28,23 @@ extern "C" {
 // replaced.
 void wgSetLogger(void *context, logger_fn_t logger_fn);
 
+// Sets the cap on packet memory, in bytes, of every tunnel [`wgTurnOn`] starts after this call
+// (each tunnel has a cap of its own; a running tunnel keeps the one it started with). The cap
+// covers every reader's buffers and the packets in flight, both directions; a network
+// extension under a per-process memory limit lowers it from the default 32 MiB
+// (`docs/performance.md`, "Memory", measures a process at 16 MiB). 0 means no cap. Returns
+// 0, or -22 (`EINVAL`, the setting unchanged) for a negative value or one below 1 MiB (the
+// least the readers need; a tunnel may still raise its cap to what its MTU and batches need).
+int wgSetMemoryBudget(int64_t bytes);
+
 // Starts a tunnel on the TUN `tun_fd` (a utun fd on Apple systems, a `/dev/net/tun` fd set to
 // `IFF_TUN|IFF_NO_PI` on Linux) with `settings`, a UAPI `set` body (`private_key=…` lines).
 //
 // The fd is duplicated (the caller keeps and eventually closes its own), made non-blocking,
-// and its MTU is left as the caller set it. A new device with the default bind is configured
-// with `settings` and brought up. Returns the tunnel's handle (≥ 0), or -1 if `settings` is
-// NULL or not UTF-8, `tun_fd` is not a usable TUN, the settings are refused or the device
-// cannot come up (the reason is logged).
+// and its MTU is left as the caller set it. A new device with the default bind and the memory
+// budget of [`wgSetMemoryBudget`] is configured with `settings` and brought up. Returns the
+// tunnel's handle (≥ 0), or -1 if `settings` is NULL or not UTF-8, `tun_fd` is not a usable
+// TUN, the settings are refused or the device cannot come up (the reason is logged).
 //
 // # Safety
 // `settings` is NULL or a NUL-terminated string valid for the duration of the call.

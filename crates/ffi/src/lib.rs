@@ -2,8 +2,9 @@
 //! Android `VpnService` loads the dynamic one.
 //!
 //! The functions are WireGuardKit's (`wgTurnOn`, `wgSetConfig`, …) with its names and
-//! semantics, plus libwg-go's `wgGetSocketV4`/`wgGetSocketV6` and three helpers that keep the
-//! network extension's logic in Rust: [`wgNetworkSettings`], [`wgUapiFromConfig`] and
+//! semantics, plus libwg-go's `wgGetSocketV4`/`wgGetSocketV6`, [`wgSetMemoryBudget`] (the cap
+//! on packet memory, for an extension under a per-process memory limit) and three helpers that
+//! keep the network extension's logic in Rust: [`wgNetworkSettings`], [`wgUapiFromConfig`] and
 //! [`wgFindUtunFd`]. `include/wireguard.h` is generated from this file by cbindgen (the test
 //! `header_is_current` fails when it is stale). `docs/embedding.md` is the app author's guide.
 //!
@@ -32,11 +33,18 @@ use handles::Handles;
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tunnel::Tunnel;
 
 /// The live tunnels by handle.
 static TUNNELS: Mutex<Handles<Arc<Tunnel>>> = Mutex::new(Handles::new());
+
+/// The packet-memory cap of the tunnels [`wgTurnOn`] starts (see [`wgSetMemoryBudget`]).
+static MEMORY_BUDGET: AtomicUsize = AtomicUsize::new(vpn_device::DEFAULT_MEMORY_BUDGET);
+
+/// `EINVAL`, negated as the IPC error codes are.
+const ERR_INVALID: c_int = -22;
 
 /// The version `wgVersion` reports.
 static VERSION: &std::ffi::CStr = {
@@ -71,14 +79,49 @@ pub unsafe extern "C" fn wgSetLogger(context: *mut c_void, logger_fn: logger_fn_
     guard("wgSetLogger", (), || logger::set(context, logger_fn))
 }
 
+/// Sets the cap on packet memory, in bytes, of every tunnel [`wgTurnOn`] starts after this call
+/// (each tunnel has a cap of its own; a running tunnel keeps the one it started with). The cap
+/// covers every reader's buffers and the packets in flight, both directions; a network
+/// extension under a per-process memory limit lowers it from the default 32 MiB
+/// (`docs/performance.md`, "Memory", measures a process at 16 MiB). 0 means no cap. Returns
+/// 0, or -22 (`EINVAL`, the setting unchanged) for a negative value or one below 1 MiB (the
+/// least the readers need; a tunnel may still raise its cap to what its MTU and batches need).
+#[no_mangle]
+pub extern "C" fn wgSetMemoryBudget(bytes: i64) -> c_int {
+    guard("wgSetMemoryBudget", ERR_INVALID, || {
+        match memory_budget(bytes) {
+            Ok(b) => {
+                MEMORY_BUDGET.store(b, Ordering::Relaxed);
+                0
+            }
+            Err(e) => {
+                tracing::error!("wgSetMemoryBudget: {e}");
+                ERR_INVALID
+            }
+        }
+    })
+}
+
+/// `bytes` as a memory budget, or why it is not one.
+fn memory_budget(bytes: i64) -> Result<usize, String> {
+    let min = vpn_device::MIN_MEMORY_BUDGET;
+    match usize::try_from(bytes) {
+        Ok(0) => Ok(0),
+        Ok(b) if b >= min => Ok(b),
+        _ => Err(format!(
+            "{bytes} bytes is not a budget (0 for none, else at least {min})"
+        )),
+    }
+}
+
 /// Starts a tunnel on the TUN `tun_fd` (a utun fd on Apple systems, a `/dev/net/tun` fd set to
 /// `IFF_TUN|IFF_NO_PI` on Linux) with `settings`, a UAPI `set` body (`private_key=…` lines).
 ///
 /// The fd is duplicated (the caller keeps and eventually closes its own), made non-blocking,
-/// and its MTU is left as the caller set it. A new device with the default bind is configured
-/// with `settings` and brought up. Returns the tunnel's handle (≥ 0), or -1 if `settings` is
-/// NULL or not UTF-8, `tun_fd` is not a usable TUN, the settings are refused or the device
-/// cannot come up (the reason is logged).
+/// and its MTU is left as the caller set it. A new device with the default bind and the memory
+/// budget of [`wgSetMemoryBudget`] is configured with `settings` and brought up. Returns the
+/// tunnel's handle (≥ 0), or -1 if `settings` is NULL or not UTF-8, `tun_fd` is not a usable
+/// TUN, the settings are refused or the device cannot come up (the reason is logged).
 ///
 /// # Safety
 /// `settings` is NULL or a NUL-terminated string valid for the duration of the call.
@@ -107,7 +150,7 @@ pub unsafe extern "C" fn wgTurnOn(settings: *const c_char, tun_fd: i32) -> c_int
         }
         // SAFETY: `dup` is a fresh descriptor that nothing else owns; the OwnedFd closes it.
         let fd = unsafe { OwnedFd::from_raw_fd(dup) };
-        let t = match Tunnel::turn_on(settings, fd) {
+        let t = match Tunnel::turn_on(settings, fd, MEMORY_BUDGET.load(Ordering::Relaxed)) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 tracing::error!("wgTurnOn: {e}");
@@ -117,7 +160,10 @@ pub unsafe extern "C" fn wgTurnOn(settings: *const c_char, tun_fd: i32) -> c_int
         let handle = TUNNELS.lock().insert(t.clone());
         match handle {
             Some(h) => {
-                tracing::info!("device started (handle {h})");
+                tracing::info!(
+                    "device started (handle {h}, packet memory cap {} bytes)",
+                    t.memory_budget()
+                );
                 h
             }
             None => {

@@ -46,6 +46,32 @@ fn unknown_handles_get_error_values() {
 }
 
 #[test]
+fn memory_budget_is_zero_or_at_least_a_mebibyte() {
+    let min = vpn_device::MIN_MEMORY_BUDGET;
+    assert_eq!(memory_budget(0), Ok(0));
+    assert_eq!(memory_budget(min as i64), Ok(min));
+    assert_eq!(memory_budget(16 << 20), Ok(16 << 20));
+    for bad in [-1, i64::MIN, 1, min as i64 - 1] {
+        assert!(memory_budget(bad).is_err(), "{bad}");
+    }
+}
+
+/// The only test here that sets the budget (the tests run in parallel in one process).
+#[test]
+fn a_refused_memory_budget_leaves_the_setting_as_it_was() {
+    assert_eq!(wgSetMemoryBudget(16 << 20), 0);
+    assert_eq!(wgSetMemoryBudget(-1), -22);
+    assert_eq!(wgSetMemoryBudget(4096), -22);
+    assert_eq!(MEMORY_BUDGET.load(Ordering::Relaxed), 16 << 20);
+    assert_eq!(wgSetMemoryBudget(0), 0);
+    assert_eq!(MEMORY_BUDGET.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        wgSetMemoryBudget(vpn_device::DEFAULT_MEMORY_BUDGET as i64),
+        0
+    );
+}
+
+#[test]
 fn version_is_a_static_string() {
     let v = wgVersion();
     assert!(!v.is_null());

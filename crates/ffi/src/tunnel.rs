@@ -60,9 +60,14 @@ impl std::fmt::Display for TurnOnError {
 
 impl Tunnel {
     /// WireGuardKit's `wgTurnOn` after the fd was duplicated: a device on `fd` with the default
-    /// bind, configured with `settings` (a UAPI `set` body) and brought up. On failure every
-    /// resource is released again.
-    pub(crate) fn turn_on(settings: &str, fd: OwnedFd) -> Result<Tunnel, TurnOnError> {
+    /// bind and a cap of `memory_budget` bytes on its packet memory (0: none), configured with
+    /// `settings` (a UAPI `set` body) and brought up. On failure every resource is released
+    /// again.
+    pub(crate) fn turn_on(
+        settings: &str,
+        fd: OwnedFd,
+        memory_budget: usize,
+    ) -> Result<Tunnel, TurnOnError> {
         let tun = tun_from_fd(fd).map_err(TurnOnError::Tun)?;
         let name = tun.name().unwrap_or_else(|_| "tun".to_owned());
         let bind = Arc::new(vpn_conn::StdNetBind::new());
@@ -71,6 +76,7 @@ impl Tunnel {
         let opts = {
             let mut o = Options::default();
             o.clock = crate::clock::device_clock();
+            o.memory_budget = memory_budget;
             o
         };
         let device = Arc::new(Device::with_options(
@@ -99,6 +105,11 @@ impl Tunnel {
     pub(crate) fn turn_off(&self) {
         self.bumps.stop();
         self.device.close();
+    }
+
+    /// The cap on the device's packet memory in force (0: none).
+    pub(crate) fn memory_budget(&self) -> usize {
+        self.device.memory().budget
     }
 
     /// Applies a UAPI `set` body.

@@ -233,14 +233,20 @@ struct Host {
     child: Child,
     stdin: ChildStdin,
     lines: Receiver<String>,
+    /// The library's log lines.
+    log: Receiver<String>,
     tun: String,
+    /// The `BUDGET <bytes> <result>` line of a host started with a memory budget.
+    budget: Option<String>,
 }
 
 impl Host {
-    /// Starts `host tunnel` in `ns`; returns once it reported its handle.
-    fn start(bin: &str, ns: &str, tun: &str, settings: &str) -> Host {
+    /// Starts `host tunnel` in `ns` (with `wgSetMemoryBudget(budget)` first, if given); returns
+    /// once it reported its handle.
+    fn start(bin: &str, ns: &str, tun: &str, settings: &str, budget: Option<&str>) -> Host {
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns, bin, "tunnel", tun, settings])
+            .args(budget)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -258,17 +264,24 @@ impl Host {
         });
         // The library's log lines, shown with the test's output.
         let err = child.stderr.take().unwrap();
+        let (log_tx, log) = mpsc::channel();
         std::thread::spawn(move || {
             for l in BufReader::new(err).lines().map_while(Result::ok) {
                 eprintln!("c-host: {l}");
+                let _ = log_tx.send(l);
             }
         });
         let mut h = Host {
             child,
             stdin,
             lines,
+            log,
             tun: tun.to_owned(),
+            budget: None,
         };
+        if budget.is_some() {
+            h.budget = Some(h.line());
+        }
         assert_eq!(h.line(), format!("TUN {tun}"));
         let handle = h.line();
         assert!(handle.starts_with("HANDLE "), "wgTurnOn failed: {handle}");
@@ -384,6 +397,16 @@ struct Tunnel {
 }
 
 fn tunnel(lab: &mut Lab, kind: Peer, static_link: bool) -> Tunnel {
+    tunnel_with_budget(lab, kind, static_link, None)
+}
+
+/// [`tunnel`], the C host setting a memory budget before `wgTurnOn`.
+fn tunnel_with_budget(
+    lab: &mut Lab,
+    kind: Peer,
+    static_link: bool,
+    budget: Option<&str>,
+) -> Tunnel {
     let (h, p, host_veth) = lab.pair();
     let (host_key, peer_key) = (key(lab.k, 1), key(lab.k, 2));
     let wg = lab.ifname("w");
@@ -412,7 +435,7 @@ fn tunnel(lab: &mut Lab, kind: Peer, static_link: bool) -> Tunnel {
         ),
     );
     let tun = lab.ifname("t");
-    let host = Host::start(host_binary(static_link), &h, &tun, &settings);
+    let host = Host::start(host_binary(static_link), &h, &tun, &settings, budget);
     lab.tunnel_addrs(&h, &tun, 1);
     Tunnel {
         h,
@@ -517,6 +540,64 @@ fn c_host_carries_ping_and_tcp_with_a_vpn_daemon_and_its_config_round_trips() {
     assert!(!run(&["ip", "-n", &h, "link", "show", &tun])
         .status
         .success());
+}
+
+/// `wgSetMemoryBudget` from C: 0 (no cap) and 1 MiB or more are taken, a negative value or
+/// one below 1 MiB gets -22 (EINVAL). Needs only `cc`, no root.
+#[test]
+fn memory_budget_from_c_takes_sizes_and_refuses_bad_values() {
+    if Command::new("cc").arg("--version").output().is_err() {
+        println!("skipping: no `cc`");
+        return;
+    }
+    let out = Command::new(host_binary(false))
+        .args([
+            "budget",
+            "-1",
+            "0",
+            "1048575",
+            "1048576",
+            "16777216",
+            "-9223372036854775808",
+        ])
+        .output()
+        .expect("run the C host");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "BUDGET -1 -22\nBUDGET 0 0\nBUDGET 1048575 -22\nBUDGET 1048576 0\n\
+         BUDGET 16777216 0\nBUDGET -9223372036854775808 -22\n"
+    );
+}
+
+/// A budget set before `wgTurnOn` is the tunnel's cap (the library logs the cap in force), and
+/// the tunnel under it carries traffic; a bad value after it leaves the next tunnel's cap alone.
+#[test]
+fn c_host_memory_budget_caps_the_tunnel_it_turns_on() {
+    if let Some(why) = unfit(&[]) {
+        println!("skipping: {why}");
+        return;
+    }
+    let mut lab = Lab::new(5);
+    let bin = host_binary(true);
+    let t = tunnel_with_budget(&mut lab, Peer::Vpn, true, Some("16777216"));
+    assert_eq!(t.host.budget.as_deref(), Some("BUDGET 16777216 0"));
+    let started = loop {
+        let l = t
+            .host
+            .log
+            .recv_timeout(ANSWER)
+            .expect("no \"device started\" log line");
+        if l.contains("device started") {
+            break l;
+        }
+    };
+    assert!(
+        started.contains("packet memory cap 16777216 bytes"),
+        "{started}"
+    );
+    exchange(&lab, &t, bin);
+    t.host.off();
 }
 
 #[test]

@@ -1,12 +1,12 @@
 //! The daemon's Linux parts: a TUN named `<ifname>` (virtio-net offloads unless
-//! `VPN_TUN_OFFLOAD=0`), the bind with UDP GSO/GRO, a TSC-interpolated CLOCK_BOOTTIME and
+//! `--tun-offload=off`), the bind with UDP GSO/GRO, a TSC-interpolated CLOCK_BOOTTIME and
 //! `SCHED_BATCH` for the light direction of bulk traffic.
 
-use super::{memory_budget, Parts, DEFAULT_MTU};
+use super::{DaemonOptions, Parts, DEFAULT_MTU};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
-use vpn_conn::{ConnectedOptions, StdNetBind};
+use vpn_conn::StdNetBind;
 use vpn_device::clock::{BootTimeClock, Clock, Counter, CycleClock};
 use vpn_device::sched::Scheduling;
 use vpn_device::Options;
@@ -92,36 +92,30 @@ impl Counter for TscCounter {
     }
 }
 
-fn open_tun(ifname: &str) -> Result<LinuxTun, crate::Error> {
+fn open_tun(ifname: &str, offload: bool) -> Result<LinuxTun, crate::Error> {
     match super::inherited_fd("WG_TUN_FD")? {
         Some(fd) => {
             let raw = fd.as_raw_fd();
             Ok(LinuxTun::from_fd(fd, DEFAULT_MTU)
                 .map_err(|e| format!("WG_TUN_FD={raw}: not a usable TUN device: {e}"))?)
         }
-        // `VPN_TUN_OFFLOAD=0`: a plain TUN without the virtio-net header (see `VPN_UDP_OFFLOAD`).
-        None => {
-            let offload = std::env::var("VPN_TUN_OFFLOAD").map_or(true, |v| v != "0");
-            Ok(LinuxTun::create_with_offload(ifname, DEFAULT_MTU, offload)
-                .map_err(|e| format!("failed to create TUN device {ifname}: {e}"))?)
-        }
+        None => Ok(LinuxTun::create_with_offload(ifname, DEFAULT_MTU, offload)
+            .map_err(|e| format!("failed to create TUN device {ifname}: {e}"))?),
     }
 }
 
 /// The TUN, the bind and the device options on Linux.
-pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
-    let tun = Arc::new(open_tun(ifname)?);
+pub(super) fn open(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate::Error> {
+    let tun = Arc::new(open_tun(ifname, daemon.tun_offload)?);
     let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
-    // VPN_CONNECTED_SOCKETS=1: per-peer connected sockets (their readers share the device's
-    // one memory cap and hold none of it while idle).
-    let connected = ConnectedOptions::from_env();
-    // `VPN_UDP_OFFLOAD=0` keeps UDP GSO/GRO off: for paths or kernels that mishandle them,
-    // and for comparisons.
-    let udp_offload = std::env::var("VPN_UDP_OFFLOAD").map_or(true, |v| v != "0");
-    let bind = Arc::new(StdNetBind::with_offload(udp_offload).with_connected_options(connected));
+    // Connected-socket readers share the device's one memory cap and hold none of it while
+    // idle.
+    let bind = Arc::new(
+        StdNetBind::with_offload(daemon.udp_offload).with_connected_options(daemon.connected()),
+    );
     let opts = Options::default()
         .with_clock(daemon_clock())
-        .with_memory_budget(memory_budget()?)
+        .with_memory_budget(daemon.memory_budget)
         // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
         .with_scheduling(
             std::env::var("VPN_SCHED_BATCH")

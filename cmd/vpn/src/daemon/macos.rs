@@ -4,25 +4,20 @@
 //! darwin [`StdNetBind`]; the device's default options (the default clock on Apple targets is
 //! `mach_continuous_time`, which counts sleep).
 //!
-//! Environment, besides wireguard-go's: `VPN_CONNECTED_SOCKETS=1` (per-peer connected
-//! sockets, as on Linux), `VPN_BATCHED_IO=1` (batch the shared sockets' I/O with
-//! `recvmsg_x`/`sendmsg_x`; off by default, and a no-op without the `darwin-spi` feature),
-//! `VPN_DONT_FRAGMENT=1` (`IP_DONTFRAG` on the bind's sockets).
+//! Options besides Linux's ([`DaemonOptions`]): `--batched-io` (batch the shared sockets' I/O
+//! with `recvmsg_x`/`sendmsg_x`; off by default, and a no-op without the `darwin-spi`
+//! feature), `--dont-fragment` (`IP_DONTFRAG` on the bind's sockets).
 
-use super::{memory_budget, write_name_file, Parts, DEFAULT_MTU};
+use super::{write_name_file, DaemonOptions, Parts, DEFAULT_MTU};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
-use vpn_conn::{ConnectedOptions, StdNetBind};
+use vpn_conn::StdNetBind;
 use vpn_device::Options;
 use vpn_tun::{DarwinTun, Device as _};
 
 /// The environment variable naming the file that receives the chosen utun's name.
 const NAME_FILE_ENV: &str = "WG_TUN_NAME_FILE";
-
-fn env_flag(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
 
 fn open_tun(ifname: &str) -> Result<DarwinTun, crate::Error> {
     match super::inherited_fd("WG_TUN_FD")? {
@@ -38,7 +33,7 @@ fn open_tun(ifname: &str) -> Result<DarwinTun, crate::Error> {
 }
 
 /// The utun, the bind and the device options on macOS.
-pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
+pub(super) fn open(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate::Error> {
     let tun = Arc::new(open_tun(ifname)?);
     let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
     // As wireguard-go: only when the kernel chose the unit is there a name to report.
@@ -49,14 +44,13 @@ pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
                 .map_err(|e| format!("{NAME_FILE_ENV}={}: {e}", file.display()))?;
         }
     }
-    let connected = ConnectedOptions::from_env();
     let bind = Arc::new(
         StdNetBind::new()
-            .with_batched_io(env_flag("VPN_BATCHED_IO"))
-            .with_dont_fragment(env_flag("VPN_DONT_FRAGMENT"))
-            .with_connected_options(connected),
+            .with_batched_io(daemon.batched_io)
+            .with_dont_fragment(daemon.dont_fragment)
+            .with_connected_options(daemon.connected()),
     );
-    let opts = Options::default().with_memory_budget(memory_budget()?);
+    let opts = Options::default().with_memory_budget(daemon.memory_budget);
     Ok(Parts {
         tun,
         name,

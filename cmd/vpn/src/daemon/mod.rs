@@ -11,9 +11,11 @@
 //! TSC-interpolated CLOCK_BOOTTIME, scheduling) and `macos.rs` (a utun, `vpn utun` letting the
 //! kernel pick the unit and writing its name to `WG_TUN_NAME_FILE`, the default options).
 //!
+//! The daemon's switches are [`DaemonOptions`] (flags, or their environment variables).
+//!
 //! Without `--foreground` (or `WG_PROCESS_FOREGROUND=1`) it detaches: the parent re-executes
-//! itself with `--foreground` in a new session, stdio on /dev/null (stderr to `VPN_LOG_FILE`
-//! if set), and passes one end of a socket pair in `VPN_DAEMON_READY_FD`. The child writes one
+//! itself with its own arguments and `--foreground` in a new session, stdio on /dev/null
+//! (stderr to `--log-file` if set), and passes one end of a socket pair in `VPN_DAEMON_READY_FD`. The child writes one
 //! zero byte there once the TUN and the UAPI socket exist, or its error message if it fails;
 //! the parent exits 0 only after the zero byte, so when `vpn wg0` returns 0, `wg` can
 //! configure `wg0` at once.
@@ -30,6 +32,9 @@ use vpn_device::{Device, Logger, Options};
 use vpn_ipc::Statistics;
 use vpn_sys::daemon as sys;
 use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
+
+mod options;
+pub use options::{forget_empty_variables, DaemonOptions};
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -65,10 +70,10 @@ enum Stop {
 }
 
 /// Runs the daemon for `ifname`; detaches first unless asked to stay in the foreground.
-pub fn run(ifname: &str, foreground: bool) -> Result<(), crate::Error> {
+pub fn run(ifname: &str, foreground: bool, opts: &DaemonOptions) -> Result<(), crate::Error> {
     let foreground = foreground || std::env::var("WG_PROCESS_FOREGROUND").is_ok_and(|v| v == "1");
     if !foreground {
-        return detach(ifname);
+        return detach(opts);
     }
     let mut ready = match std::env::var(READY_FD_ENV) {
         Ok(v) => Some(UnixStream::from(sys::take_inherited_fd(parse_fd(
@@ -83,7 +88,7 @@ pub fn run(ifname: &str, foreground: bool) -> Result<(), crate::Error> {
             tracing::debug!("setsid: {e}");
         }
     }
-    match serve(ifname, &mut ready) {
+    match serve(ifname, opts, &mut ready) {
         Ok(()) => Ok(()),
         Err(e) => {
             if let Some(mut r) = ready {
@@ -131,23 +136,25 @@ fn inherited_fd(var: &str) -> Result<Option<std::os::fd::OwnedFd>, crate::Error>
 }
 
 /// Starts the foreground daemon in a new session and waits until it is ready or has failed.
-fn detach(ifname: &str) -> Result<(), crate::Error> {
+/// The child gets this process's arguments (the interface and every flag) after
+/// `--foreground`.
+fn detach(opts: &DaemonOptions) -> Result<(), crate::Error> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let (mut parent_end, child_end) = UnixStream::pair()?;
     sys::set_inheritable(child_end.as_fd(), true)?;
-    let stderr = match std::env::var_os("VPN_LOG_FILE") {
+    let stderr = match &opts.log_file {
         Some(p) => Stdio::from(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(&p)
-                .map_err(|e| format!("{}: {e}", Path::new(&p).display()))?,
+                .open(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?,
         ),
         None => Stdio::null(),
     };
     let mut child = Command::new(exe)
         .arg("--foreground")
-        .arg(ifname)
+        .args(std::env::args_os().skip(1))
         .env(READY_FD_ENV, child_end.as_raw_fd().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -188,33 +195,6 @@ fn open_uapi(name: &str) -> Result<UapiListener, crate::Error> {
     }
 }
 
-/// The device's cap on packet memory: `VPN_MEMORY_BUDGET` (bytes, with an optional K, M or G
-/// suffix: `16M`) or the default. Connected-socket readers share it and hold none of it while
-/// idle, so turning them on needs no more.
-fn memory_budget() -> Result<usize, crate::Error> {
-    match std::env::var("VPN_MEMORY_BUDGET") {
-        Ok(v) => {
-            Ok(parse_bytes(&v).ok_or_else(|| format!("VPN_MEMORY_BUDGET: not a size: {v:?}"))?)
-        }
-        Err(_) => Ok(vpn_device::DEFAULT_MEMORY_BUDGET),
-    }
-}
-
-/// A byte count with an optional binary suffix: `16777216`, `16384K`, `16M`, `1G`.
-fn parse_bytes(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, shift) = match s.char_indices().last()? {
-        (i, 'k' | 'K') => (&s[..i], 10),
-        (i, 'm' | 'M') => (&s[..i], 20),
-        (i, 'g' | 'G') => (&s[..i], 30),
-        _ => (s, 0),
-    };
-    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    num.parse::<usize>().ok()?.checked_mul(1 << shift)
-}
-
 /// `vpn utun` on macOS: writes the unit the kernel chose to the file `WG_TUN_NAME_FILE` names,
 /// as wireguard-go does, for wg-quick's darwin script to find the interface: the name and a
 /// newline, mode 0400, replacing an earlier file.
@@ -229,12 +209,16 @@ fn write_name_file(path: &Path, name: &str) -> std::io::Result<()> {
     f.write_all(format!("{name}\n").as_bytes())
 }
 
-fn serve(ifname: &str, ready: &mut Option<UnixStream>) -> Result<(), crate::Error> {
+fn serve(
+    ifname: &str,
+    opts: &DaemonOptions,
+    ready: &mut Option<UnixStream>,
+) -> Result<(), crate::Error> {
     let signals = [libc::SIGINT, libc::SIGTERM];
     // Before any thread exists, so that every thread inherits the mask and only `sigwait`
     // below takes these signals.
     sys::block_signals(&signals)?;
-    let parts = platform::open(ifname)?;
+    let parts = platform::open(ifname, opts)?;
     let name = parts.name.clone();
     let dev = Arc::new(Device::with_options(
         parts.tun.clone(),
@@ -330,26 +314,6 @@ fn write_bind_stats(s: &BindStats, offloads: [Option<(bool, bool)>; 2], out: &mu
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn memory_budget_sizes_take_binary_suffixes_and_refuse_anything_else() {
-        assert_eq!(parse_bytes("16777216"), Some(16 << 20));
-        assert_eq!(parse_bytes("16384K"), Some(16 << 20));
-        assert_eq!(parse_bytes(" 16M "), Some(16 << 20));
-        assert_eq!(parse_bytes("1g"), Some(1 << 30));
-        for bad in [
-            "",
-            "M",
-            "-1M",
-            "+1M",
-            "1.5M",
-            "16MB",
-            "1 M",
-            "99999999999999999999G",
-        ] {
-            assert_eq!(parse_bytes(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn fd_numbers() {

@@ -35,13 +35,6 @@ impl Default for ConnectedOptions {
 }
 
 impl ConnectedOptions {
-    /// From the environment, for daemons: `VPN_CONNECTED_SOCKETS=1` turns them on;
-    /// `VPN_CONNECTED_OPEN_AFTER` (bytes), `VPN_CONNECTED_MAX_SOCKETS` and
-    /// `VPN_CONNECTED_IDLE_MS` override the defaults (tests use a short idle interval).
-    pub fn from_env() -> Self {
-        Self::from_vars(|k| std::env::var(k).ok())
-    }
-
     /// The configuration of the set a bind opened on `port` creates: its readers go to the
     /// device's `starter`, which also names the datagrams that count toward a pair
     /// ([`ReceiveFuncStarter::counts_toward_pair`]); `control` runs on every pair socket before
@@ -66,21 +59,5 @@ impl ConnectedOptions {
         cfg.idle_interval = self.idle_interval;
         cfg.offload = offload;
         cfg
-    }
-
-    pub(crate) fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
-        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
-        let d = Self::default();
-        ConnectedOptions {
-            enabled: get("VPN_CONNECTED_SOCKETS").is_some_and(|v| v.trim() == "1"),
-            open_after: num("VPN_CONNECTED_OPEN_AFTER").unwrap_or(d.open_after),
-            max_sockets: num("VPN_CONNECTED_MAX_SOCKETS")
-                .and_then(|v| usize::try_from(v).ok())
-                .unwrap_or(d.max_sockets),
-            max_datagram: d.max_datagram,
-            idle_interval: num("VPN_CONNECTED_IDLE_MS")
-                .filter(|&ms| ms > 0)
-                .map_or(d.idle_interval, Duration::from_millis),
-        }
     }
 }

@@ -1,9 +1,11 @@
 //! Reading a pair socket straight into the device's buffers (reference-behaviour §4.4).
 //!
 //! The device hands a reader `batch` buffers of one packet each. Without UDP GRO, `recvmmsg`
-//! writes datagram `i` into buffer `i`, offering the kernel at most the current slot size.
+//! writes datagram `i` into buffer `i`, offering the kernel at most the current slot size; when
+//! that slot is larger than some buffers (past the MTU's slots of the device's slab), datagram
+//! `j` goes to the first buffer of run `j` instead, as with GRO.
 //! With GRO one read returns a super-datagram of up to 64 segments; it is read into the first
-//! buffer of a run of [`GRO_SEGMENTS`] and its second and later segments are copied into the
+//! buffer of a run of [`GRO_SEGMENTS`](crate::linux::segments::GRO_SEGMENTS) and its second and later segments are copied into the
 //! following buffers of that run (the only copy on this path: device buffers hold one packet
 //! each). Entries a read leaves unused have size 0.
 
@@ -14,10 +16,10 @@ use std::sync::{Arc, Weak};
 
 use vpn_sys::mmsg::{RecvBatch, RecvMeta};
 
-use super::slots::{initial_tier, is_transient, should_pause, COALESCE_DELAY};
+use super::slots::{initial_tier, is_transient, should_pause, stride_for, COALESCE_DELAY};
 pub(super) use super::slots::{READ_BATCH, SLOT_TIERS};
 use super::{canonical, Inner, Pair};
-use crate::linux::segments::{split, Layout, GRO_SEGMENTS};
+use crate::linux::segments::{split, Layout};
 use crate::{err_closed, Endpoint, ReceiveFunc, StickySource};
 
 /// The state behind one pair socket's receive function.
@@ -78,8 +80,6 @@ impl PairReader {
         }
         let (bufs, sizes, eps) = (&mut bufs[..n], &mut sizes[..n], &mut eps[..n]);
         let gro = self.pair.fam.gro;
-        let stride = if gro { GRO_SEGMENTS.min(n) } else { 1 };
-        let capacity = n.div_ceil(stride).min(self.batch.capacity());
         loop {
             if self.pause {
                 self.pause = false;
@@ -89,6 +89,8 @@ impl PairReader {
                 return self.closed();
             }
             let slot = SLOT_TIERS[self.tier];
+            let stride = stride_for(bufs, slot, gro);
+            let capacity = n.div_ceil(stride).min(self.batch.capacity());
             let res = {
                 let guard = self.pair.fam.sock.read();
                 let Some(sock) = guard.as_ref() else {

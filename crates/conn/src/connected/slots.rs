@@ -11,6 +11,10 @@ pub(crate) const READ_BATCH: usize = 64;
 /// Slot sizes: any tunnel MTU up to about 2000, a 9000-byte MTU plus overhead, the largest
 /// UDP datagram. A datagram that fills its slot moves the socket to the next one for good.
 pub(crate) const SLOT_TIERS: [usize; 3] = [2048, 9217, 65_535];
+/// The device lays a batch of 64 or more into runs of this many buffers whose first holds any
+/// UDP datagram and the others one packet of the MTU (a GRO read's most segments, so that one
+/// super-datagram fills one run).
+pub(crate) const SLAB_RUN: usize = 64;
 /// A read that returned at least this many datagrams, but fewer than it could have, makes the
 /// next read wait [`COALESCE_DELAY`] so that a fuller batch can build up.
 const COALESCE_MIN: usize = 4;
@@ -27,6 +31,18 @@ const fn coalesce_delay(apple: bool) -> Duration {
 /// pause.
 pub(crate) fn should_pause(got: usize, capacity: usize) -> bool {
     got >= COALESCE_MIN && got < capacity
+}
+
+/// Where a read puts its datagrams: with GRO, or when the slot is larger than some of the
+/// buffers (past the MTU's slots of the device's slab), one datagram per run of [`SLAB_RUN`],
+/// in its first buffer; otherwise one per buffer. So once a socket's slot grew past the MTU's,
+/// large datagrams are read one per run instead of being cut in the small slots.
+pub(crate) fn stride_for(bufs: &[&mut [u8]], slot: usize, gro: bool) -> usize {
+    if gro || bufs.iter().any(|b| b.len() < slot) {
+        SLAB_RUN.min(bufs.len()).max(1)
+    } else {
+        1
+    }
 }
 
 /// The smallest tier whose slot holds `max_datagram` without filling it.

@@ -388,6 +388,81 @@ fn dial_takes_inbound_traffic_for_a_pair_never_sent_to() {
     assert_eq!(h.set.len(), 1);
 }
 
+/// A pair on `s` (bound, not yet connected) for `key`, connected now, without GRO, outside
+/// any set.
+fn plain_pair(key: Key, s: Socket) -> Arc<Pair> {
+    let d = sock::connect(s, &key, false).unwrap();
+    Arc::new(Pair {
+        key,
+        fam: Family {
+            sock: RwLock::new(Some(d.sock)),
+            closed: AtomicBool::new(false),
+            v6: false,
+            gso: AtomicBool::new(false),
+            gro: false,
+        },
+        used: AtomicBool::new(false),
+    })
+}
+
+/// Buffers laid out as the device lays a pair reader's slab: the first of each run of 64 holds
+/// any datagram, the others one packet of the MTU (2 KiB).
+fn slab_like(batch: usize) -> Vec<Vec<u8>> {
+    (0..batch)
+        .map(|i| vec![0u8; if i % 64 == 0 { 65_536 } else { 2048 }])
+        .collect()
+}
+
+/// Once the slot outgrew the MTU's 2 KiB, several large datagrams queued at once all arrive
+/// whole: each goes to the head of a run, never into a small slot where it would be cut.
+#[test]
+fn large_datagrams_in_one_read_arrive_whole_through_a_slab_of_mtu_slots() {
+    let h = harness(false);
+    let p = peer(false);
+    let key = Key {
+        local: lo(false, 0).ip(),
+        remote: p.local_addr().unwrap(),
+    };
+    let s = sock::bind_pair(&key, h.port, false, None).unwrap();
+    let pair = plain_pair(key, s);
+    // The hint starts the socket at the 9 KiB tier, as one lost datagram would.
+    let (mut f, _, batch) = reader::receive_func(pair.clone(), Weak::new(), 3000);
+    for i in 0..4u8 {
+        p.send_to(&[i; 3000], lo(false, h.port)).unwrap();
+    }
+    p.send_to(b"end", lo(false, h.port)).unwrap();
+    let mut storage = slab_like(batch);
+    let mut sizes = vec![0; batch];
+    let mut eps = vec![Endpoint::default(); batch];
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    while got.last().map(Vec::as_slice) != Some(b"end") {
+        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let n = f(&mut bufs, &mut sizes, &mut eps).unwrap();
+        for i in (0..n).filter(|&i| sizes[i] > 0) {
+            got.push(bufs[i][..sizes[i]].to_vec());
+        }
+    }
+    assert_eq!(got.len(), 5, "a large datagram was lost");
+    for (i, d) in got[..4].iter().enumerate() {
+        assert_eq!(d, &vec![i as u8; 3000]);
+    }
+    pair.fam.close();
+}
+
+#[test]
+fn a_read_strides_over_runs_only_when_its_slot_outgrows_a_buffer() {
+    let mut storage = slab_like(128);
+    let bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+    assert_eq!(slots::SLAB_RUN, crate::linux::segments::GRO_SEGMENTS);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[0], false), 1);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[1], false), 64);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[0], true), 64);
+    let mut big = vec![vec![0u8; 65_535]; 8];
+    let bufs: Vec<&mut [u8]> = big.iter_mut().map(|b| &mut b[..]).collect();
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[2], false), 1);
+    assert_eq!(slots::stride_for(&bufs, SLOT_TIERS[2], true), 8);
+}
+
 #[test]
 fn datagrams_queued_before_connect_keep_their_source() {
     let h = harness(false);
@@ -400,18 +475,7 @@ fn datagrams_queued_before_connect_keep_their_source() {
     let s = sock::bind_pair(&key, h.port, false, None).unwrap();
     stranger.send_to(b"early", lo(false, h.port)).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    let d = sock::connect(s, &key, false).unwrap();
-    let pair = Arc::new(Pair {
-        key,
-        fam: Family {
-            sock: RwLock::new(Some(d.sock)),
-            closed: AtomicBool::new(false),
-            v6: false,
-            gso: AtomicBool::new(false),
-            gro: false,
-        },
-        used: AtomicBool::new(false),
-    });
+    let pair = plain_pair(key, s);
     p.send_to(b"late", lo(false, h.port)).unwrap();
     let (mut f, _, batch) = reader::receive_func(pair.clone(), Weak::new(), 0);
     let mut storage = vec![vec![0u8; 2048]; batch];
@@ -807,14 +871,6 @@ fn bind_option_is_honoured_only_with_a_starter() {
     assert!(on.connected_sockets().is_some());
     on.close().unwrap();
     assert!(on.connected_sockets().is_none());
-    let env = ConnectedOptions::from_vars(|k| match k {
-        "VPN_CONNECTED_SOCKETS" => Some("1".into()),
-        "VPN_CONNECTED_IDLE_MS" => Some("1500".into()),
-        _ => None,
-    });
-    assert!(env.enabled);
-    assert_eq!(env.idle_interval, Duration::from_millis(1500));
-    assert!(!ConnectedOptions::from_vars(|_| None).enabled);
 }
 
 /// A WireGuard-looking transport message carrying sequence number `i`.

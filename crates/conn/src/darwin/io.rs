@@ -27,7 +27,7 @@ use socket2::Socket;
 use vpn_darwinbatch::{Kernel, RecvBatch, SendBatch, MAX_BATCH};
 
 use crate::connected::canonical;
-use crate::connected::slots::{initial_tier, should_pause, SLOT_TIERS};
+use crate::connected::slots::{initial_tier, should_pause, stride_for, SLOT_TIERS};
 use crate::{Endpoint, StickySource};
 
 /// A descriptor and the kernel its calls go to (the system's, or a simulated one in tests).
@@ -416,21 +416,69 @@ impl PairRx {
         remote: SocketAddr,
         local: IpAddr,
     ) -> io::Result<Read> {
-        let capacity = bufs.len().min(self.rx.capacity());
         let src = Some(StickySource {
             ip: local,
             ifindex: 0,
         });
-        let read = self.rx.recv(sock, bufs, sizes, eps, self.slot(), |from| {
+        let ep_for = |from: Option<SocketAddr>| {
             Some(Endpoint {
                 dst: from.map_or(remote, canonical),
                 src,
             })
-        })?;
+        };
+        let slot = self.slot();
+        let n = bufs.len().min(sizes.len()).min(eps.len());
+        let stride = stride_for(&bufs[..n], slot, false);
+        let capacity = n.div_ceil(stride).min(self.rx.capacity());
+        let read = if stride == 1 {
+            self.rx.recv(sock, bufs, sizes, eps, slot, ep_for)?
+        } else {
+            self.recv_into_run_heads(sock, &mut bufs[..n], sizes, eps, stride, ep_for)?
+        };
         if read.oversize > 0 && self.tier + 1 < SLOT_TIERS.len() {
             self.tier += 1;
         }
-        self.pause = should_pause(read.got, capacity);
+        // Datagrams the read took: one per entry, or one per run of entries.
+        self.pause = should_pause(read.got.div_ceil(stride), capacity);
+        Ok(read)
+    }
+
+    /// A read for a slot larger than the MTU's buffers: datagram `j` into `bufs[j * stride]`
+    /// (the head of a run, which holds any datagram), the buffers between them left empty.
+    fn recv_into_run_heads(
+        &mut self,
+        sock: Fd<'_>,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+        stride: usize,
+        ep_for: impl Fn(Option<SocketAddr>) -> Option<Endpoint>,
+    ) -> io::Result<Read> {
+        let n = bufs.len();
+        let mut heads: SmallVec<[&mut [u8]; MAX_BATCH]> =
+            bufs.iter_mut().step_by(stride).map(|b| &mut **b).collect();
+        let mut head_sizes: SmallVec<[usize; MAX_BATCH]> = smallvec::smallvec![0; heads.len()];
+        let mut head_eps: SmallVec<[Endpoint; MAX_BATCH]> =
+            smallvec::smallvec![Endpoint::default(); heads.len()];
+        let slot = self.slot();
+        let mut read = self.rx.recv(
+            sock,
+            &mut heads,
+            &mut head_sizes,
+            &mut head_eps,
+            slot,
+            ep_for,
+        )?;
+        let entries = match read.got {
+            0 => 0,
+            got => ((got - 1) * stride + 1).min(n),
+        };
+        sizes[..entries].fill(0);
+        for j in 0..read.got {
+            sizes[j * stride] = head_sizes[j];
+            eps[j * stride] = head_eps[j];
+        }
+        read.got = entries;
         Ok(read)
     }
 }

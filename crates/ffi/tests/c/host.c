@@ -4,7 +4,8 @@
  * wgTurnOn, and closes its own copy. Driven by tests/c_host.rs; built with `cc` against the
  * static or the dynamic library.
  *
- *   host tunnel <ifname> <settings-file>
+ *   host tunnel <ifname> <settings-file> [<memory-budget>]
+ *       With a budget, first prints "BUDGET <bytes> <result>" for wgSetMemoryBudget(budget).
  *       Opens the TUN, turns the tunnel on, prints "TUN <name>" and "HANDLE <n>", then serves
  *       commands on stdin, one per line, answering on stdout:
  *         get            the wgGetConfig text, then a line "END"
@@ -19,6 +20,8 @@
  *       wgGetConfig and a wgBumpSockets in between) and prints the process's open fds,
  *       threads, RSS and malloc'ed bytes in use before the first cycle, after <warm-up> cycles
  *       and after the last: "MEASURE <when> fds=<n> threads=<n> rss_kib=<n> heap=<n>".
+ *   host budget <bytes>...
+ *       For each value in turn: "BUDGET <bytes> <result>" for wgSetMemoryBudget(bytes).
  *   host tcp-serve <addr> <port> <bytes>   accepts one connection, checks <bytes> pattern
  *                                          bytes, answers "OK <n>"
  *   host tcp-send <addr> <port> <bytes>    sends them, prints the answer "REPLY OK <n>"
@@ -104,8 +107,16 @@ static int local_port(int fd) {
     return -1;
 }
 
-static int tunnel(const char *ifname, const char *settings_path) {
+/* wgSetMemoryBudget with a decimal value; prints "BUDGET <bytes> <result>". */
+static void set_budget(const char *value) {
+    long long bytes = strtoll(value, NULL, 10);
+    printf("BUDGET %lld %d\n", bytes, wgSetMemoryBudget((int64_t)bytes));
+}
+
+static int tunnel(const char *ifname, const char *settings_path, const char *budget) {
     wgSetLogger(NULL, log_line);
+    if (budget)
+        set_budget(budget);
     int fd = open_tun(ifname);
     char *settings = read_file(settings_path);
     int handle = wgTurnOn(settings, fd);
@@ -322,8 +333,14 @@ static int tcp_send(const char *addr, const char *port, size_t bytes) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 4 && strcmp(argv[1], "tunnel") == 0)
-        return tunnel(argv[2], argv[3]);
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "tunnel") == 0)
+        return tunnel(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
+    if (argc >= 3 && strcmp(argv[1], "budget") == 0) {
+        wgSetLogger(NULL, log_line);
+        for (int i = 2; i < argc; i++)
+            set_budget(argv[i]);
+        return 0;
+    }
     if (argc == 6 && strcmp(argv[1], "cycles") == 0)
         return cycles(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
     if (argc == 5 && strcmp(argv[1], "tcp-serve") == 0)

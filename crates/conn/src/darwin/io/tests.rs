@@ -430,6 +430,36 @@ fn pair_reader_grows_its_slot_after_one_oversized_datagram() {
     assert_eq!(rx.slot(), SLOT_TIERS[1]);
 }
 
+/// With the device's slab (a 64 KiB head per run of 64, 2 KiB slots after it), large datagrams
+/// queued together all arrive whole once the slot outgrew 2 KiB: one per run head.
+#[test]
+fn pair_reader_puts_large_datagrams_in_run_heads_of_a_slab_of_mtu_slots() {
+    let (k, fds) = kernel(&[A, B]);
+    k.connect(fds[0], addr(B));
+    let mut rx = PairRx::new(true, 3000);
+    let mut b = Bufs::new(128, 2048);
+    b.storage[0].resize(65_536, 0);
+    b.storage[64].resize(65_536, 0);
+    for i in 0..3u8 {
+        k.send_to(fds[1], &[i; 3000], &addr(A)).unwrap();
+    }
+    let read = b.read_pair(&k, fds[0], &mut rx).unwrap();
+    assert_eq!((read.got, read.datagrams, read.oversize), (65, 2, 0));
+    assert_eq!(b.entry(0), (vec![0; 3000], addr(B)));
+    assert!(b.sizes[1..64].iter().all(|&s| s == 0));
+    assert_eq!(b.entry(64), (vec![1; 3000], addr(B)));
+    let read = b.read_pair(&k, fds[0], &mut rx).unwrap();
+    assert_eq!((read.got, read.datagrams), (1, 1));
+    assert_eq!(b.entry(0), (vec![2; 3000], addr(B)));
+    // Small slots again for a socket still at the first tier: one datagram per buffer.
+    let mut small = PairRx::new(true, 0);
+    k.send_to(fds[1], b"a", &addr(A)).unwrap();
+    k.send_to(fds[1], b"b", &addr(A)).unwrap();
+    let read = b.read_pair(&k, fds[0], &mut small).unwrap();
+    assert_eq!((read.got, read.datagrams), (2, 2));
+    assert_eq!(b.entry(1), (b"b".to_vec(), addr(B)));
+}
+
 #[test]
 fn pair_reader_with_a_size_hint_loses_nothing() {
     let (k, fds) = kernel(&[A, B]);
