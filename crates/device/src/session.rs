@@ -194,6 +194,7 @@ impl Session {
         self.deadline = [None; 5];
     }
 
+    #[cfg(test)]
     pub fn is_running(&self) -> bool {
         self.running
     }
@@ -231,6 +232,7 @@ impl Session {
     }
 
     /// When `t` fires, if pending.
+    #[cfg(test)]
     pub fn deadline(&self, t: Timer) -> Option<Instant> {
         self.deadline[t as usize]
     }
