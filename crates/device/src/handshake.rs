@@ -40,8 +40,15 @@ impl DeviceInner {
             if !peer.is_running() {
                 return;
             }
-            if let Err(e) = peer.handshake.lock().cookie.consume_reply(msg, now) {
-                tracing::debug!(device = %self.name, "could not decrypt cookie reply: {e}");
+            match peer.handshake.lock().cookie.consume_reply(msg, now) {
+                Ok(()) => {
+                    self.stats
+                        .cookie_replies_consumed
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::debug!(device = %self.name, "could not decrypt cookie reply: {e}")
+                }
             }
             return;
         }
