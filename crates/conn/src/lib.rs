@@ -83,6 +83,16 @@ pub type ReceiveFunc =
 pub trait ReceiveFuncStarter: Send + Sync {
     /// Starts a reader for `f`; `false` if the device no longer accepts readers.
     fn start(&self, f: ReceiveFunc, buf_size: usize, batch_size: usize) -> bool;
+
+    /// Whether `datagram`, read on a shared socket, counts toward its (local, remote) pair's
+    /// connected-socket threshold. The bind carries datagrams without knowing the protocol in
+    /// them; the device names the messages that mean a busy pair (its data messages:
+    /// handshakes and strangers' junk open no socket). Called once per datagram on the read
+    /// path, with connected sockets on: keep it cheap. Default: every datagram counts.
+    fn counts_toward_pair(&self, datagram: &[u8]) -> bool {
+        let _ = datagram;
+        true
+    }
 }
 
 /// The UDP side of a device (`conn.Bind`).

@@ -879,6 +879,12 @@ impl ReceiveFuncStarter for Starter {
         dev.spawn_reader(f, batch_size.max(1));
         true
     }
+
+    /// Transport messages make a pair busy; handshakes and junk do not, so a stranger must
+    /// send transport-shaped datagrams to cost us a socket.
+    fn counts_toward_pair(&self, datagram: &[u8]) -> bool {
+        vpn_proto::messages::classify(datagram) == Ok(vpn_proto::messages::MessageType::Transport)
+    }
 }
 
 fn tun_event_reader(
@@ -917,4 +923,30 @@ pub(crate) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle
         .name(name.to_string())
         .spawn(f)
         .expect("spawning a device thread")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Starter;
+    use std::sync::Weak;
+    use vpn_conn::ReceiveFuncStarter;
+    use vpn_proto::messages::{TransportHeader, INITIATION_SIZE, TRANSPORT_MIN_SIZE};
+
+    #[test]
+    fn only_transport_messages_count_toward_a_connected_pair() {
+        let starter = Starter { dev: Weak::new() };
+        let mut transport = vec![0u8; TRANSPORT_MIN_SIZE + 100];
+        let hdr = TransportHeader {
+            receiver_index: 7,
+            counter: 1,
+        };
+        hdr.write(transport.first_chunk_mut().unwrap());
+        assert!(starter.counts_toward_pair(&transport));
+        assert!(!starter.counts_toward_pair(&transport[..TRANSPORT_MIN_SIZE - 1]));
+        let mut initiation = vec![0u8; INITIATION_SIZE];
+        initiation[0] = 1;
+        assert!(!starter.counts_toward_pair(&initiation));
+        assert!(!starter.counts_toward_pair(&[0xff; 200]));
+        assert!(!starter.counts_toward_pair(&[]));
+    }
 }

@@ -67,6 +67,10 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// interface pinning, don't-fragment. An error abandons that dial.
 pub type Control = Arc<dyn Fn(&Socket) -> io::Result<()> + Send + Sync>;
 
+/// Whether a datagram the shared socket received counts toward its pair's threshold (see
+/// [`ConnectedConfig::counts`]).
+pub type Counts = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// Hands a new pair socket's receive function to its reader (the device's starter):
 /// `(f, buf_size, batch_size)`; `false` means nobody will read it.
 pub type ReaderHook = Arc<dyn Fn(ReceiveFunc, usize, usize) -> bool + Send + Sync>;
@@ -94,6 +98,10 @@ pub struct ConnectedConfig {
     pub offload: bool,
     /// Receives every new socket's receive function.
     pub reader: ReaderHook,
+    /// Which received datagrams make a pair busy. The set carries datagrams and knows no
+    /// protocol: the owner names the ones worth a socket (the device: its data messages, so
+    /// handshakes and strangers' junk open none). Default: every datagram counts.
+    pub counts: Counts,
 }
 
 impl ConnectedConfig {
@@ -109,6 +117,7 @@ impl ConnectedConfig {
             retry_after: DEFAULT_RETRY_AFTER,
             offload: true,
             reader,
+            counts: Arc::new(|_| true),
         }
     }
 }
@@ -304,8 +313,8 @@ impl ConnectedSockets {
     }
 
     /// Counts what a shared socket's read returned (its first `n` entries) toward the pairs'
-    /// thresholds: one [`dial`](Self::dial) per run of transport messages from one source to
-    /// one local address. Where the platform does not report the local address
+    /// thresholds: one [`dial`](Self::dial) per run of counted datagrams
+    /// ([`ConnectedConfig::counts`]) from one source to one local address. Where the platform does not report the local address
     /// (`unknown_local`: darwin) the pair is the one the route to the source picks.
     pub(crate) fn count_received(
         &self,
@@ -315,9 +324,18 @@ impl ConnectedSockets {
         n: usize,
         unknown_local: bool,
     ) {
-        count_runs(bufs, sizes, eps, n, unknown_local, |src, local, bytes| {
-            self.inner.open(canonical(src), local, bytes, false);
-        });
+        let counts = &*self.inner.cfg.counts;
+        count_runs(
+            bufs,
+            sizes,
+            eps,
+            n,
+            unknown_local,
+            counts,
+            |src, local, bytes| {
+                self.inner.open(canonical(src), local, bytes, false);
+            },
+        );
     }
 
     /// Moves the set to `port` (0: accept nothing) and closes every socket: call after the
@@ -685,22 +703,18 @@ impl Inner {
     }
 }
 
-/// WireGuard transport messages (type 4) are what makes a pair busy; handshakes and strangers'
-/// junk do not count toward opening a socket.
-const MESSAGE_TRANSPORT: u8 = 4;
-/// Header plus tag of the smallest transport message (a keepalive).
-const TRANSPORT_MIN_SIZE: usize = 32;
-
-/// Calls `dial(source, local, bytes)` once per run of consecutive transport messages with the
-/// same source and local destination among the first `n` entries. Entries without a local
-/// address are skipped, unless `unknown_local` (a platform that does not report it) lets them
-/// run by source alone with local `None`.
+/// Calls `dial(source, local, bytes)` once per run of consecutive counted datagrams (`counts`)
+/// with the same source and local destination among the first `n` entries; datagrams not
+/// counted neither count nor end a run. Entries without a local address are skipped, unless
+/// `unknown_local` (a platform that does not report it) lets them run by source alone with
+/// local `None`.
 pub(crate) fn count_runs(
     bufs: &[&mut [u8]],
     sizes: &[usize],
     eps: &[Endpoint],
     n: usize,
     unknown_local: bool,
+    counts: &dyn Fn(&[u8]) -> bool,
     mut dial: impl FnMut(SocketAddr, Option<IpAddr>, u64),
 ) {
     let mut run: Option<(SocketAddr, Option<IpAddr>, u64)> = None;
@@ -712,7 +726,7 @@ pub(crate) fn count_runs(
         if local.is_none() && !unknown_local {
             continue;
         }
-        if size < TRANSPORT_MIN_SIZE || buf.first() != Some(&MESSAGE_TRANSPORT) {
+        if !buf.get(..size).is_some_and(|d| !d.is_empty() && counts(d)) {
             continue;
         }
         match &mut run {
@@ -763,7 +777,8 @@ mod portable_tests {
         assert!(!is_lost_source(libc::ENOBUFS, true));
     }
 
-    /// Runs reported by [`count_runs`] over datagrams `(first byte, size, source, local)`.
+    /// Runs reported by [`count_runs`] over datagrams `(first byte, size, source, local)`, with
+    /// the datagrams that start with `D` counted (a stand-in for the owner's data messages).
     fn runs(
         dgrams: &[(u8, usize, &str, Option<&str>)],
         unknown_local: bool,
@@ -788,24 +803,25 @@ mod portable_tests {
             &eps,
             dgrams.len(),
             unknown_local,
+            &|d| d.first() == Some(&b'D'),
             |s, l, b| out.push((s, l, b)),
         );
         out
     }
 
     #[test]
-    fn received_transport_bytes_count_once_per_run_of_source_and_local() {
+    fn counted_bytes_add_up_once_per_run_of_source_and_local() {
         let (a, b) = ("198.18.0.1:1", "198.18.0.2:1");
         let l = Some("198.18.0.9");
         let got = runs(
             &[
-                (4, 100, a, l),
-                (4, 50, a, l),
-                (1, 148, a, l), // a handshake: not counted, does not end the run
-                (4, 20, a, l),  // shorter than a keepalive: not counted
-                (4, 40, b, l),
-                (4, 60, a, l),
-                (4, 70, a, None), // no local address: skipped here
+                (b'D', 100, a, l),
+                (b'D', 50, a, l),
+                (b'H', 148, a, l), // not counted: does not end the run either
+                (b'D', 0, a, l),   // a hole the reader left
+                (b'D', 40, b, l),
+                (b'D', 60, a, l),
+                (b'D', 70, a, None), // no local address: skipped here
             ],
             false,
         );
@@ -823,9 +839,9 @@ mod portable_tests {
     #[test]
     fn without_local_addresses_runs_go_by_source_alone() {
         let a = "198.18.0.1:1";
-        let got = runs(&[(4, 100, a, None), (4, 50, a, None)], true);
+        let got = runs(&[(b'D', 100, a, None), (b'D', 50, a, None)], true);
         assert_eq!(got, [(a.parse().unwrap(), None, 150)]);
-        assert!(runs(&[(4, 100, a, None)], false).is_empty());
+        assert!(runs(&[(b'D', 100, a, None)], false).is_empty());
     }
 
     #[test]

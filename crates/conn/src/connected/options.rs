@@ -43,7 +43,9 @@ impl ConnectedOptions {
     }
 
     /// The configuration of the set a bind opened on `port` creates: its readers go to the
-    /// device's `starter`, `control` runs on every pair socket before it connects.
+    /// device's `starter`, which also names the datagrams that count toward a pair
+    /// ([`ReceiveFuncStarter::counts_toward_pair`]); `control` runs on every pair socket before
+    /// it connects.
     pub(crate) fn config(
         &self,
         port: u16,
@@ -51,10 +53,12 @@ impl ConnectedOptions {
         control: Control,
         offload: bool,
     ) -> ConnectedConfig {
+        let counter = starter.clone();
         let mut cfg = ConnectedConfig::new(
             port,
             Arc::new(move |f, buf, batch| starter.start(f, buf, batch)),
         );
+        cfg.counts = Arc::new(move |d| counter.counts_toward_pair(d));
         cfg.control = Some(control);
         cfg.max_sockets = self.max_sockets;
         cfg.max_datagram = self.max_datagram;

@@ -13,8 +13,9 @@
 //! dropped. Only a datagram (or segment) larger than the caller's buffer is dropped and
 //! counted.
 //!
-//! With connected sockets on, each call also counts the bytes of WireGuard transport messages
-//! per (source, local destination) run and asks the set to dial that pair
+//! With connected sockets on, each call also counts the bytes of the datagrams the device
+//! names busy ([`ReceiveFuncStarter::counts_toward_pair`](crate::ReceiveFuncStarter)) per
+//! (source, local destination) run and asks the set to dial that pair
 //! ([`ConnectedSockets::dial`]): a peer may send to a local address other than the one our
 //! route picks, and a connected socket only receives its exact pair.
 
