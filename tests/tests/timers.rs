@@ -20,14 +20,23 @@ fn fake_pair(batch: usize) -> (MemoryNetwork, Arc<FakeClock>, Node, Node) {
 }
 
 /// Moves the fake clock forward and waits until the timer threads of `nodes` have fired
-/// everything due (initiations are sent by then; keepalives are on their way).
+/// everything due and, for a pair, every datagram either sent has been read by the other: time
+/// does not move on while the packets its timers sent are still on the wire.
 fn advance(clock: &FakeClock, d: Duration, nodes: &[&Node]) {
     clock.advance(d);
+    let drained = || match nodes {
+        [a, b] => {
+            a.bind.sent().0 == b.dev.stats().datagrams_received
+                && b.bind.sent().0 == a.dev.stats().datagrams_received
+        }
+        _ => true,
+    };
     assert!(
         wait_for(Duration::from_secs(10), || nodes
             .iter()
-            .all(|n| n.dev.timers_caught_up())),
-        "timer threads caught up with the clock"
+            .all(|n| n.dev.timers_caught_up())
+            && drained()),
+        "timer threads caught up with the clock, the wire drained"
     );
 }
 

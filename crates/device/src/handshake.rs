@@ -252,11 +252,13 @@ impl DeviceInner {
         };
         tracing::debug!(device = %self.name, peer = %peer.public_key, "sending handshake initiation");
         self.stats.handshakes_sent.fetch_add(1, Ordering::Relaxed);
+        // Before the send: the response may come back (and complete the handshake) before this
+        // thread runs again, and a retry armed after that would fire on a finished handshake.
+        // A failed send is retried like a lost one.
+        peer.session_event(self, |s| s.initiation_sent(now));
         if let Err(e) = peer.send_buffers(self, &[&msg]) {
             tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send handshake initiation: {e}");
         }
-        // A failed send is retried like a lost one.
-        peer.session_event(self, |s| s.initiation_sent(now));
     }
 
     fn send_handshake_response(&self, peer: &Arc<Peer>) {
