@@ -1,11 +1,14 @@
 //! The timer state machine on a fake clock: rekey without loss, expiry, key zeroing, and
-//! handshakes under a cookie flood.
+//! handshakes under a cookie flood. Time moves only when a test advances the clock, and then
+//! the test waits until every device's timer thread has acted on it (`timers_caught_up`) or for
+//! the packet it expects: no test sleeps to let threads settle. The rules themselves are pinned
+//! exhaustively, without threads, by the session's unit tests in `vpn-device`.
 
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vpn_conn::memory::MemoryNetwork;
 use vpn_device::clock::{Clock, FakeClock};
 use vpn_tests::*;
@@ -18,9 +21,25 @@ fn fake_pair(batch: usize) -> (MemoryNetwork, Arc<FakeClock>, Node, Node) {
     (net, clock, a, b)
 }
 
-/// Lets the timer thread and the pipeline act on a clock jump.
-fn settle() {
-    std::thread::sleep(Duration::from_millis(150));
+/// Moves the fake clock forward and waits until the timer threads of `nodes` have fired
+/// everything due and, for a pair, every datagram either sent has been read by the other: time
+/// does not move on while the packets its timers sent are still on the wire.
+fn advance(clock: &FakeClock, d: Duration, nodes: &[&Node]) {
+    clock.advance(d);
+    let drained = || match nodes {
+        [a, b] => {
+            a.bind.sent().0 == b.dev.stats().datagrams_received
+                && b.bind.sent().0 == a.dev.stats().datagrams_received
+        }
+        _ => true,
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || nodes
+            .iter()
+            .all(|n| n.dev.timers_caught_up())
+            && drained()),
+        "timer threads caught up with the clock, the wire drained"
+    );
 }
 
 fn exchange(a: &Node, b: &Node, tag: &str) {
@@ -49,8 +68,13 @@ fn sessions_rotate_without_losing_packets() {
     let mut rotations = 0;
     let mut last = first;
     for round in 0..20 {
-        clock.advance(Duration::from_secs(15));
-        settle();
+        advance(&clock, Duration::from_secs(15), &[&a, &b]);
+        // The jump fires a's owed keepalive, which may start the rekey: let the tunnel answer
+        // first (a ping, retried), then no packet of the exchange may be lost.
+        assert!(
+            (0..10).any(|_| ping(&a, &b, false, Duration::from_secs(1))),
+            "round {round}: tunnel answers after the jump"
+        );
         exchange(&a, &b, &format!("round {round}"));
         let now = pa.last_handshake().unwrap();
         if now != last {
@@ -87,10 +111,8 @@ fn old_keypair_refused_after_reject_time_and_zeroed_after_540s() {
     // Walk the silent period in 10 s steps, as real time would pass: b's second keepalive (it
     // received two data packets, so it owes one more) goes out at 21 s with valid keys.
     for _ in 0..17 {
-        clock.advance(Duration::from_secs(10));
-        settle();
+        advance(&clock, Duration::from_secs(10), &[&a, &b]);
     }
-    settle();
     let before = b.dev.stats().drop_expired_keypair;
     net.inject(from, to, data);
     assert!(
@@ -102,7 +124,7 @@ fn old_keypair_refused_after_reject_time_and_zeroed_after_540s() {
         "{:?}",
         b.dev.stats()
     );
-    settle();
+    // Dropped (and counted) once, never delivered.
     assert_eq!(b.dev.stats().drop_expired_keypair, before + 1);
     assert!(b.tun.try_recv().is_none());
     // 540 s after the handshake all key material is erased.
@@ -145,26 +167,21 @@ fn handshake_retransmits_then_gives_up() {
         .stats()
         .handshakes_sent
         == 1));
-    // Each step of 5.4 s (more than 5 s + the largest jitter) fires exactly one retransmission;
-    // wait for it before the next step so no two steps merge.
-    let mut sent = 1;
-    let mut quiet = 0;
-    while quiet < 3 && sent < 40 {
-        clock.advance(Duration::from_millis(5400));
-        if wait_for(Duration::from_secs(3), || {
-            a.dev.stats().handshakes_sent > sent
-        }) {
-            sent = a.dev.stats().handshakes_sent;
-            quiet = 0;
-        } else {
-            quiet += 1;
-        }
-    }
-    // The first initiation, then one per retransmit until the attempt counter passes 18.
-    assert_eq!(sent, 20, "initiations sent");
-    clock.advance(Duration::from_secs(60));
-    settle();
-    assert_eq!(a.dev.stats().handshakes_sent, sent, "gave up");
+    // Each step of 5.4 s (more than 5 s + the largest jitter) fires exactly one retransmission,
+    // which the timer thread sends before it reports having caught up.
+    let per_step: Vec<u64> = (0..25)
+        .map(|_| {
+            let before = a.dev.stats().handshakes_sent;
+            advance(&clock, Duration::from_millis(5400), &[&a]);
+            a.dev.stats().handshakes_sent - before
+        })
+        .collect();
+    // The first initiation, then 19 retransmissions, then nothing: given up.
+    let mut want = vec![1; 19];
+    want.resize(25, 0);
+    assert_eq!(per_step, want, "initiations per 5.4 s step");
+    advance(&clock, Duration::from_secs(60), &[&a]);
+    assert_eq!(a.dev.stats().handshakes_sent, 20, "gave up");
 }
 
 #[test]
@@ -176,8 +193,7 @@ fn persistent_keepalive_fires_on_schedule_and_idle_peers_stay_quiet() {
     let (s0, _) = a.bind.sent();
     let (t0, _) = b.bind.sent();
     for _ in 0..12 {
-        clock.advance(Duration::from_secs(10));
-        settle();
+        advance(&clock, Duration::from_secs(10), &[&a, &b]);
     }
     let (s1, _) = a.bind.sent();
     let (t1, _) = b.bind.sent();
@@ -187,14 +203,14 @@ fn persistent_keepalive_fires_on_schedule_and_idle_peers_stay_quiet() {
         s1 - s0,
         t1 - t0
     );
-    // Persistent keepalive every 5 s.
+    // Persistent keepalive every 5 s; turning it on sends one at once.
     a.dev
         .ipc_set(&format!(
             "public_key={}\npersistent_keepalive_interval=5\n",
             b.public_hex()
         ))
         .unwrap();
-    settle();
+    assert!(wait_for(Duration::from_secs(10), || a.bind.sent().0 > s1));
     let (s2, _) = a.bind.sent();
     let mut last = s2;
     for _ in 0..6 {
@@ -231,27 +247,41 @@ fn cookie_flood_gets_cookie_replies_and_a_real_peer_still_connects() {
     }
     // a's first initiation arrives behind the flood: b answers with a cookie.
     a.send_udp(&b, false, b"through the flood");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while b.dev.stats().cookie_replies_sent == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     assert!(
-        b.dev.stats().cookie_replies_sent > 0,
+        wait_for(Duration::from_secs(20), || b
+            .dev
+            .stats()
+            .cookie_replies_sent
+            > 0),
         "under load, b sends cookie replies"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_for(Duration::from_secs(20), || a
+            .dev
+            .stats()
+            .cookie_replies_consumed
+            > 0),
+        "a takes the cookie"
+    );
     // More flood, then a's retransmission (now carrying MAC2) after 5 s.
     for (src, m) in &flood[800..] {
         net.inject(*src, b.addr(), m.clone());
     }
-    clock.advance(Duration::from_millis(5400));
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Each step fires one retransmission; the next step waits until this one had its chance
+    // to complete, so no retry crosses a response still on its way.
+    let pa = a.dev.peer(&b.key.public_key()).unwrap();
+    for _ in 0..20 {
+        if pa.last_handshake().is_some() {
+            break;
+        }
+        advance(&clock, Duration::from_millis(5400), &[&a]);
+        wait_for(Duration::from_secs(2), || pa.last_handshake().is_some());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut delivered = false;
-    while !delivered && Instant::now() < deadline {
+    while !delivered && std::time::Instant::now() < deadline {
         if let Some(p) = b.recv(Duration::from_millis(200)) {
             delivered = udp_payload(&p) == b"through the flood";
-        } else {
-            clock.advance(Duration::from_millis(5400));
         }
     }
     assert!(delivered, "stats b: {:?}", b.dev.stats());

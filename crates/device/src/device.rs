@@ -388,6 +388,13 @@ impl Device {
         self.inner.stats.snapshot()
     }
 
+    /// Whether the timer thread has fired every timer due at the clock's current time (and run
+    /// what the peers' sessions decided). Meant for tests on a fake clock: after advancing it,
+    /// they wait for this rather than sleep.
+    pub fn timers_caught_up(&self) -> bool {
+        self.inner.timers.done_through() >= self.inner.now()
+    }
+
     /// Sends a keepalive to every peer whose current keypair is still usable (after a rebind on
     /// mobile, so NAT mappings are refreshed at once).
     pub fn send_keepalives_to_peers_with_current_keypair(&self) {
@@ -539,11 +546,9 @@ impl DeviceInner {
             let wheel = d.timers.clone();
             drop(d);
             wheel.run(
-                |peer, k| {
+                |peer, at, now| {
                     if let Some(dev) = weak.upgrade() {
-                        if dev.is_up() {
-                            peer.on_timer(&dev, k);
-                        }
+                        peer.on_timer(&dev, at, now);
                     }
                 },
                 || {
@@ -595,7 +600,7 @@ impl DeviceInner {
         let _ipc = self.ipc_lock.lock();
         for p in self.peer_list() {
             p.start();
-            if p.persistent_keepalive.load(Ordering::Relaxed) > 0 {
+            if p.persistent_keepalive() > 0 {
                 p.send_keepalive();
             }
         }

@@ -7,7 +7,6 @@ use crate::peer::Peer;
 use crate::DeviceInner;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use vpn_proto::consts::REKEY_TIMEOUT;
 use vpn_proto::messages::MessageType;
 use vpn_proto::noise::{decrypt_initiation, SessionKeys};
 use vpn_proto::tai64n::Tai64N;
@@ -41,9 +40,16 @@ impl DeviceInner {
             if !peer.is_running() {
                 return;
             }
-            if let Err(e) = peer.handshake.lock().cookie.consume_reply(msg, now) {
-                self.refused();
-                tracing::debug!(device = %self.name, "could not decrypt cookie reply: {e}");
+            match peer.handshake.lock().cookie.consume_reply(msg, now) {
+                Ok(()) => {
+                    self.stats
+                        .cookie_replies_consumed
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    self.refused();
+                    tracing::debug!(device = %self.name, "could not decrypt cookie reply: {e}");
+                }
             }
             return;
         }
@@ -147,8 +153,7 @@ impl DeviceInner {
         };
         peer.set_endpoint_from_packet(&job.ep);
         peer.rx_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
-        peer.timers_any_authenticated_packet_traversal(self);
-        peer.timers_any_authenticated_packet_received();
+        peer.session_event(self, |s| s.initiation_received(now));
         self.send_handshake_response(&peer);
     }
 
@@ -184,13 +189,12 @@ impl DeviceInner {
         };
         peer.set_endpoint_from_packet(&job.ep);
         peer.rx_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
-        peer.timers_any_authenticated_packet_traversal(self);
-        peer.timers_any_authenticated_packet_received();
         self.install_keypair(&peer, &keys);
-        peer.timers_session_derived(self);
-        peer.timers_handshake_complete(self);
-        // Key confirmation for the responder (and flushes staged packets).
-        peer.send_keepalive();
+        let now = self.now();
+        // Key confirmation for the responder: a keepalive (which flushes staged packets).
+        let actions = peer.session_event(self, |s| s.response_received(now));
+        peer.record_handshake_time(self);
+        peer.execute(self, actions);
     }
 
     fn install_keypair(&self, peer: &Arc<Peer>, keys: &SessionKeys) -> Arc<DevKeypair> {
@@ -213,11 +217,9 @@ impl DeviceInner {
         kp
     }
 
-    /// Sends a handshake initiation unless one went out less than REKEY_TIMEOUT ago.
-    pub(crate) fn send_handshake_initiation(&self, peer: &Arc<Peer>, is_retry: bool) {
-        if !is_retry {
-            peer.timers.handshake_attempts.store(0, Ordering::Relaxed);
-        }
+    /// Creates and sends a handshake initiation. Only the peer's session decides when (through
+    /// `Peer::execute`); it has applied the rate limit already.
+    pub(crate) fn send_handshake_initiation(&self, peer: &Arc<Peer>) {
         let now = self.now();
         let msg = {
             // Lock order: identity before the peer's handshake (see device.rs).
@@ -226,13 +228,6 @@ impl DeviceInner {
                 return;
             };
             let mut hs = peer.handshake.lock();
-            if hs
-                .last_sent
-                .is_some_and(|t| now.saturating_duration_since(t) < REKEY_TIMEOUT)
-            {
-                return;
-            }
-            hs.last_sent = Some(now);
             if !hs.hs.can_handshake(identity) {
                 return;
             }
@@ -256,20 +251,20 @@ impl DeviceInner {
             msg
         };
         tracing::debug!(device = %self.name, peer = %peer.public_key, "sending handshake initiation");
-        peer.timers_any_authenticated_packet_traversal(self);
-        peer.timers_any_authenticated_packet_sent();
         self.stats.handshakes_sent.fetch_add(1, Ordering::Relaxed);
+        // Before the send: the response may come back (and complete the handshake) before this
+        // thread runs again, and a retry armed after that would fire on a finished handshake.
+        // A failed send is retried like a lost one.
+        peer.session_event(self, |s| s.initiation_sent(now));
         if let Err(e) = peer.send_buffers(self, &[&msg]) {
             tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send handshake initiation: {e}");
         }
-        peer.timers_handshake_initiated(self);
     }
 
     fn send_handshake_response(&self, peer: &Arc<Peer>) {
         let now = self.now();
         let (msg, keys) = {
             let mut hs = peer.handshake.lock();
-            hs.last_sent = Some(now);
             let idx = self.index.new_index(peer);
             let mut msg = match hs.hs.create_response(idx, &mut rand::thread_rng()) {
                 Ok(m) => m,
@@ -291,9 +286,7 @@ impl DeviceInner {
             (msg, keys)
         };
         self.install_keypair(peer, &keys);
-        peer.timers_session_derived(self);
-        peer.timers_any_authenticated_packet_traversal(self);
-        peer.timers_any_authenticated_packet_sent();
+        peer.session_event(self, |s| s.response_sent(now));
         self.stats.handshakes_sent.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = peer.send_buffers(self, &[&msg]) {
             tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send handshake response: {e}");

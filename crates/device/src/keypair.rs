@@ -3,7 +3,6 @@
 use crate::Peer;
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
-use vpn_proto::consts::{REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME};
 use vpn_proto::replay::ReplayFilter;
 use vpn_proto::time::Instant;
 use vpn_proto::transport::Keypair;
@@ -27,12 +26,12 @@ impl DevKeypair {
 
     /// Young enough to receive with.
     pub fn can_receive(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.kp.created) < REJECT_AFTER_TIME
+        crate::session::may_receive(self.kp.created, now)
     }
 
     /// Young and unexhausted enough to send with.
     pub fn can_send(&self, now: Instant) -> bool {
-        self.kp.send_nonce() < REJECT_AFTER_MESSAGES && self.can_receive(now)
+        crate::session::may_send(self.kp.created, self.kp.send_nonce(), now)
     }
 }
 

@@ -21,6 +21,7 @@ mod receive;
 mod route;
 pub mod sched;
 mod send;
+mod session;
 mod stats;
 mod timers;
 pub mod uapi;

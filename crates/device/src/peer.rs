@@ -3,32 +3,28 @@
 use crate::batch::{Elem, Elems, Ordered};
 use crate::keypair::{DevKeypair, Keypairs};
 use crate::pool::{PacketBuf, HEADROOM};
-use crate::timers::{PeerTimers, TimerKind};
+use crate::session::{Actions, Initiation, KeyState, Session};
+use crate::timers::SessionCell;
 use crate::DeviceInner;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use vpn_conn::Endpoint;
 
 /// Bytes of a keepalive's buffer: headroom, no payload, the header and the tag.
 const KEEPALIVE_BUF: usize = 64;
-use vpn_proto::consts::{
-    KEEPALIVE_TIMEOUT, QUEUE_STAGED_SIZE, REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME,
-    REKEY_AFTER_MESSAGES, REKEY_AFTER_TIME, REKEY_TIMEOUT, REKEY_TIMEOUT_JITTER_MAX,
-};
+use vpn_proto::consts::{QUEUE_STAGED_SIZE, REJECT_AFTER_MESSAGES};
 use vpn_proto::cookie::CookieGenerator;
 use vpn_proto::keys::PublicKey;
 use vpn_proto::noise::Handshake;
 use vpn_proto::time::Instant;
 
-/// Handshake state guarded together: the Noise state, the cookie generator (MACs), and when we
-/// last sent a handshake message.
+/// Handshake state guarded together: the Noise state and the cookie generator (MACs).
 pub(crate) struct HandshakeState {
     pub hs: Handshake,
     pub cookie: CookieGenerator,
-    pub last_sent: Option<Instant>,
 }
 
 pub(crate) struct EndpointState {
@@ -48,12 +44,13 @@ pub struct Peer {
     pub(crate) outbound: Ordered<Arc<DevKeypair>>,
     pub(crate) inbound: Ordered<Arc<DevKeypair>>,
     pub(crate) running: AtomicBool,
-    pub(crate) timers: PeerTimers,
+    /// The session rules (timers, rekeying, keepalives) and the peer's entry in the device's
+    /// timer wheel. A leaf lock, taken once per batch.
+    pub(crate) session: Mutex<SessionCell>,
     pub(crate) rx_bytes: AtomicU64,
     pub(crate) tx_bytes: AtomicU64,
     /// Wall-clock nanoseconds since the epoch of the last completed handshake (0: never).
     pub(crate) last_handshake_nanos: AtomicU64,
-    pub(crate) persistent_keepalive: AtomicU32,
 }
 
 impl Peer {
@@ -64,7 +61,6 @@ impl Peer {
             handshake: Mutex::new(HandshakeState {
                 hs,
                 cookie: CookieGenerator::new(public_key.as_bytes()),
-                last_sent: None,
             }),
             keypairs: Mutex::new(Keypairs::default()),
             endpoint: Mutex::new(EndpointState {
@@ -76,11 +72,10 @@ impl Peer {
             outbound: Ordered::default(),
             inbound: Ordered::default(),
             running: AtomicBool::new(false),
-            timers: PeerTimers::default(),
+            session: Mutex::new(SessionCell::new(rand::random())),
             rx_bytes: AtomicU64::new(0),
             tx_bytes: AtomicU64::new(0),
             last_handshake_nanos: AtomicU64::new(0),
-            persistent_keepalive: AtomicU32::new(0),
         })
     }
 
@@ -134,16 +129,7 @@ impl Peer {
         if dev.is_closed() || self.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.handshake.lock().last_sent = None; // a handshake may start at once
-        self.timers.del_all();
-        self.timers.handshake_attempts.store(0, Ordering::Relaxed);
-        self.timers
-            .need_another_keepalive
-            .store(false, Ordering::Relaxed);
-        self.timers
-            .sent_last_minute_handshake
-            .store(false, Ordering::Relaxed);
-        self.timers.active.store(true, Ordering::Release);
+        self.session.lock().session.start();
         self.outbound.clear();
         self.inbound.clear();
     }
@@ -152,8 +138,7 @@ impl Peer {
         if !self.running.swap(false, Ordering::AcqRel) {
             return;
         }
-        self.timers.active.store(false, Ordering::Release);
-        self.timers.del_all();
+        self.session.lock().session.stop();
         self.outbound.clear();
         self.inbound.clear();
         self.zero_and_flush_all();
@@ -185,8 +170,8 @@ impl Peer {
                 }
             }
             hs.hs.clear();
-            hs.last_sent = None;
         }
+        self.session.lock().session.allow_initiation_now();
         let kps = self.keypairs.lock();
         for kp in [&kps.current, &kps.next].into_iter().flatten() {
             kp.kp.expire_sending();
@@ -305,7 +290,7 @@ impl Peer {
         }
         let Some(kp) = self.sending_keypair(&dev) else {
             if self.compact_staged(&dev) {
-                dev.send_handshake_initiation(self, false);
+                self.want_keys(&dev);
             }
             return;
         };
@@ -348,7 +333,7 @@ impl Peer {
             dev.submit(crate::Job::Encrypt(c));
         }
         if need_handshake {
-            dev.send_handshake_initiation(self, false);
+            self.want_keys(&dev);
         }
     }
 
@@ -395,155 +380,126 @@ impl Peer {
         self.send_staged();
     }
 
-    /// After a successful send batch: rekey when the keypair is worn out or old (initiator).
-    pub(crate) fn keep_key_fresh_sending(self: &Arc<Self>, dev: &DeviceInner) {
-        let kp = self.keypairs.lock().current.clone();
-        let Some(kp) = kp else { return };
-        let now = dev.now();
-        if kp.kp.send_nonce() > REKEY_AFTER_MESSAGES
-            || (kp.kp.is_initiator
-                && now.saturating_duration_since(kp.kp.created) > REKEY_AFTER_TIME)
-        {
-            dev.send_handshake_initiation(self, false);
-        }
+    // ---- the session -------------------------------------------------------------------------
+
+    /// Runs `event` on the session, then makes sure the timer wheel looks at the session by its
+    /// next deadline.
+    pub(crate) fn session_event<R>(
+        self: &Arc<Self>,
+        dev: &DeviceInner,
+        event: impl FnOnce(&mut Session) -> R,
+    ) -> R {
+        let mut cell = self.session.lock();
+        let r = event(&mut cell.session);
+        let next = cell.session.next_deadline();
+        dev.timers.schedule(self, &mut cell.queued, next);
+        r
     }
 
-    /// After receiving data: the initiator rekeys once shortly before the keypair expires.
-    pub(crate) fn keep_key_fresh_receiving(self: &Arc<Self>, dev: &DeviceInner) {
-        if self
-            .timers
-            .sent_last_minute_handshake
-            .load(Ordering::Relaxed)
-        {
+    /// Carries out what the session decided, in the order of the fields of [`Actions`].
+    pub(crate) fn execute(self: &Arc<Self>, dev: &DeviceInner, a: Actions) {
+        if a.is_empty() {
             return;
         }
-        let kp = self.keypairs.lock().current.clone();
-        let Some(kp) = kp else { return };
-        let limit = REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT;
-        if kp.kp.is_initiator && dev.now().saturating_duration_since(kp.kp.created) > limit {
-            self.timers
-                .sent_last_minute_handshake
-                .store(true, Ordering::Relaxed);
-            dev.send_handshake_initiation(self, false);
+        if a.clear_endpoint_src {
+            self.mark_endpoint_src_for_clearing();
+        }
+        if a.drop_staged {
+            tracing::debug!(device = %dev.name, peer = %self.public_key, "handshake did not complete after 20 attempts, giving up");
+            self.staged.lock().clear();
+        }
+        if a.zero_keys {
+            self.zero_and_flush_all();
+        }
+        if let Some(kind) = a.initiate {
+            if kind == Initiation::Retry {
+                tracing::debug!(device = %dev.name, peer = %self.public_key, "retrying handshake");
+            }
+            dev.send_handshake_initiation(self);
+        }
+        if a.send_keepalive {
+            self.send_keepalive();
         }
     }
 
-    // ---- timer hooks (§2.11) -------------------------------------------------------------------
-
-    pub(crate) fn timers_handshake_initiated(self: &Arc<Self>, dev: &DeviceInner) {
-        dev.timers.arm(
-            self,
-            TimerKind::RetransmitHandshake,
-            REKEY_TIMEOUT + jitter(),
-        );
+    /// Packets wait and no keypair can send them: start a handshake unless one went out less
+    /// than `REKEY_TIMEOUT` ago.
+    pub(crate) fn want_keys(self: &Arc<Self>, dev: &DeviceInner) {
+        let now = dev.now();
+        let a = self.session_event(dev, |s| s.want_keys(now));
+        self.execute(dev, a);
     }
 
-    pub(crate) fn timers_data_sent(self: &Arc<Self>, dev: &DeviceInner) {
-        if !self.timers.is_pending(TimerKind::NewHandshake) {
-            dev.timers.arm(
-                self,
-                TimerKind::NewHandshake,
-                KEEPALIVE_TIMEOUT + REKEY_TIMEOUT + jitter(),
-            );
-        }
+    /// What the session needs to know of the current keypair.
+    fn current_key_state(&self) -> Option<KeyState> {
+        let kps = self.keypairs.lock();
+        kps.current.as_ref().map(|k| KeyState {
+            created: k.kp.created,
+            is_initiator: k.kp.is_initiator,
+            next_counter: k.kp.send_nonce(),
+        })
     }
 
-    pub(crate) fn timers_data_received(self: &Arc<Self>, dev: &DeviceInner) {
-        if !self.timers.is_pending(TimerKind::SendKeepalive) {
-            dev.timers
-                .arm(self, TimerKind::SendKeepalive, KEEPALIVE_TIMEOUT);
-        } else {
-            self.timers
-                .need_another_keepalive
-                .store(true, Ordering::Relaxed);
-        }
+    /// A batch of sealed transport messages was handed to the network (`ok`: successfully);
+    /// `data`: one of them carried a payload. Runs the send-side timers and rekey triggers.
+    pub(crate) fn batch_sent(self: &Arc<Self>, dev: &DeviceInner, data: bool, ok: bool) {
+        let key = if ok { self.current_key_state() } else { None };
+        let now = dev.now();
+        let a = self.session_event(dev, |s| s.batch_sent(now, data, ok, key));
+        self.execute(dev, a);
     }
 
-    pub(crate) fn timers_any_authenticated_packet_sent(&self) {
-        self.timers.del(TimerKind::SendKeepalive);
+    /// Authenticated transport messages of this peer were opened; `data`: one of them carried a
+    /// payload. Runs the receive-side timers and the last-minute rekey.
+    pub(crate) fn batch_received(self: &Arc<Self>, dev: &DeviceInner, data: bool) {
+        let key = self.current_key_state();
+        let now = dev.now();
+        let a = self.session_event(dev, |s| s.batch_received(now, data, key));
+        self.execute(dev, a);
     }
 
-    pub(crate) fn timers_any_authenticated_packet_received(&self) {
-        self.timers.del(TimerKind::NewHandshake);
+    /// The initiator's first packet under our responder keypair confirmed it.
+    pub(crate) fn timers_handshake_complete(self: &Arc<Self>, dev: &DeviceInner) {
+        self.session_event(dev, Session::keys_confirmed);
+        self.record_handshake_time(dev);
     }
 
-    pub(crate) fn timers_handshake_complete(&self, dev: &DeviceInner) {
-        self.timers.del(TimerKind::RetransmitHandshake);
-        self.timers.handshake_attempts.store(0, Ordering::Relaxed);
-        self.timers
-            .sent_last_minute_handshake
-            .store(false, Ordering::Relaxed);
+    /// Records the wall-clock time of a completed handshake (the UAPI `last_handshake_time`).
+    pub(crate) fn record_handshake_time(&self, dev: &DeviceInner) {
         let wall = u64::try_from(dev.clock.wall().as_nanos()).unwrap_or(u64::MAX);
         self.last_handshake_nanos
             .store(wall.max(1), Ordering::Relaxed);
     }
 
-    pub(crate) fn timers_session_derived(self: &Arc<Self>, dev: &DeviceInner) {
-        dev.timers
-            .arm(self, TimerKind::ZeroKeyMaterial, REJECT_AFTER_TIME * 3);
+    /// The persistent keepalive interval in seconds (0: off).
+    pub(crate) fn persistent_keepalive(&self) -> u16 {
+        self.session.lock().session.persistent_keepalive()
     }
 
-    pub(crate) fn timers_any_authenticated_packet_traversal(self: &Arc<Self>, dev: &DeviceInner) {
-        let pka = self.persistent_keepalive.load(Ordering::Relaxed);
-        if pka > 0 {
-            dev.timers.arm(
-                self,
-                TimerKind::PersistentKeepalive,
-                Duration::from_secs(pka.into()),
-            );
-        }
+    /// Sets the persistent keepalive interval and returns the previous one.
+    pub(crate) fn set_persistent_keepalive(&self, secs: u16) -> u16 {
+        let mut cell = self.session.lock();
+        let old = cell.session.persistent_keepalive();
+        cell.session.set_persistent_keepalive(secs);
+        old
     }
 
-    /// A timer came due.
-    pub(crate) fn on_timer(self: &Arc<Self>, dev: &DeviceInner, k: TimerKind) {
-        match k {
-            TimerKind::RetransmitHandshake => {
-                let attempts = self.timers.handshake_attempts.load(Ordering::Relaxed);
-                if attempts > u64::from(vpn_proto::consts::MAX_TIMER_HANDSHAKES) {
-                    tracing::debug!(device = %dev.name, peer = %self.public_key, "handshake did not complete after {} attempts, giving up", attempts + 2);
-                    self.timers.del(TimerKind::SendKeepalive);
-                    self.staged.lock().clear();
-                    if !self.timers.is_pending(TimerKind::ZeroKeyMaterial) {
-                        dev.timers
-                            .arm(self, TimerKind::ZeroKeyMaterial, REJECT_AFTER_TIME * 3);
-                    }
-                } else {
-                    self.timers
-                        .handshake_attempts
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.mark_endpoint_src_for_clearing();
-                    dev.send_handshake_initiation(self, true);
-                }
+    /// The wheel's entry for this peer came due at `at` (`now` on the clock): fires the
+    /// session's due timers, unless a newer entry superseded this one.
+    pub(crate) fn on_timer(self: &Arc<Self>, dev: &DeviceInner, at: Instant, now: Instant) {
+        let a = {
+            let mut cell = self.session.lock();
+            if cell.queued != Some(at) {
+                return;
             }
-            TimerKind::SendKeepalive => {
-                self.send_keepalive();
-                if self
-                    .timers
-                    .need_another_keepalive
-                    .swap(false, Ordering::Relaxed)
-                {
-                    dev.timers
-                        .arm(self, TimerKind::SendKeepalive, KEEPALIVE_TIMEOUT);
-                }
-            }
-            TimerKind::NewHandshake => {
-                self.mark_endpoint_src_for_clearing();
-                dev.send_handshake_initiation(self, false);
-            }
-            TimerKind::ZeroKeyMaterial => self.zero_and_flush_all(),
-            TimerKind::PersistentKeepalive => {
-                if self.persistent_keepalive.load(Ordering::Relaxed) > 0 {
-                    self.send_keepalive();
-                }
-            }
-        }
+            cell.queued = None;
+            let a = cell.session.on_timeout(now);
+            let next = cell.session.next_deadline();
+            dev.timers.schedule(self, &mut cell.queued, next);
+            a
+        };
+        self.execute(dev, a);
     }
-}
-
-fn jitter() -> Duration {
-    use rand::Rng;
-    let max = REKEY_TIMEOUT_JITTER_MAX.as_millis() as u64;
-    Duration::from_millis(rand::thread_rng().gen_range(0..max))
 }
 
 /// Identity for allowed-IPs values: two handles are equal when they are the same peer.

@@ -476,12 +476,7 @@ impl DeviceInner {
         let Some(last) = last_valid else { return };
         let ep = elems[last].ep;
         peer.set_endpoint_from_packet(&ep);
-        peer.keep_key_fresh_receiving(self);
-        peer.timers_any_authenticated_packet_traversal(self);
-        peer.timers_any_authenticated_packet_received();
-        if data {
-            peer.timers_data_received(self);
-        }
+        peer.batch_received(self, data);
         if write.is_empty() {
             return;
         }

@@ -254,21 +254,12 @@ impl DeviceInner {
         let data = bufs
             .iter()
             .any(|b| b.len() != vpn_proto::transport::TRANSPORT_OVERHEAD);
-        peer.timers_any_authenticated_packet_traversal(self);
-        peer.timers_any_authenticated_packet_sent();
         let res = peer.send_buffers(self, &bufs);
         drop(bufs);
-        match res {
-            Ok(()) => {
-                if data {
-                    peer.timers_data_sent(self);
-                }
-                peer.keep_key_fresh_sending(self);
-            }
-            Err(e) => {
-                self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send data packets: {e}");
-            }
+        if let Err(e) = &res {
+            self.stats.send_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(device = %self.name, peer = %peer.public_key, "failed to send data packets: {e}");
         }
+        peer.batch_sent(self, data, res.is_ok());
     }
 }

@@ -54,6 +54,8 @@ stats! {
     handshakes_sent,
     /// Cookie replies sent (we were under load).
     cookie_replies_sent,
+    /// Cookie replies received and decrypted: our next handshake message carries MAC2.
+    cookie_replies_consumed,
     /// Outbound packets with no peer for their destination.
     drop_no_route,
     /// Transport packets for an unknown receiver index.

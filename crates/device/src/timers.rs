@@ -1,13 +1,16 @@
-//! One timer thread for the whole device.
+//! One timer thread for the whole device: it calls each peer's session when its next deadline
+//! passes.
 //!
-//! Each peer has five timer slots (§2.11). A slot holds its deadline in an atomic; the device
-//! keeps a heap of (deadline, slot) entries and one thread sleeps until the earliest. Re-arming a
-//! slot to a later deadline (persistent keepalive does it after every batch) only stores the new
-//! deadline: the slot keeps at most one heap entry, and when that entry comes due the thread
-//! either fires the slot or re-queues it at its current deadline. So the hot path never touches
-//! the heap unless a deadline moves earlier.
+//! A peer's [`Session`] keeps its five timers as deadlines and decides what happens when they
+//! pass; this wheel only remembers when to look. Each peer has at most one live entry in the
+//! heap, at the deadline recorded in its [`SessionCell::queued`]. After every event the device
+//! hands the session's next deadline to [`TimerWheel::schedule`]: a deadline that moved later
+//! (persistent keepalive does it after every batch) changes nothing, the queued entry fires
+//! early, finds nothing due and queues the real deadline. So the hot path touches the heap only
+//! when a deadline moves earlier.
 
 use crate::clock::Clock;
+use crate::session::Session;
 use crate::Peer;
 use parking_lot::{Condvar, Mutex};
 use std::cmp::Reverse;
@@ -15,64 +18,33 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use vpn_proto::time::Instant;
 
-/// The five per-peer timers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum TimerKind {
-    RetransmitHandshake = 0,
-    SendKeepalive = 1,
-    NewHandshake = 2,
-    ZeroKeyMaterial = 3,
-    PersistentKeepalive = 4,
+/// A peer's session and the deadline of its entry in the wheel, under one lock.
+pub(crate) struct SessionCell {
+    pub session: Session,
+    /// The deadline of the peer's live heap entry, if any. An entry whose deadline differs is
+    /// stale (superseded by an earlier one) and is skipped when it comes out.
+    pub queued: Option<Instant>,
 }
 
-pub(crate) const TIMER_KINDS: [TimerKind; 5] = [
-    TimerKind::RetransmitHandshake,
-    TimerKind::SendKeepalive,
-    TimerKind::NewHandshake,
-    TimerKind::ZeroKeyMaterial,
-    TimerKind::PersistentKeepalive,
-];
-
-/// One peer's timer slots.
-#[derive(Default)]
-pub(crate) struct PeerTimers {
-    /// Deadline per slot in clock nanoseconds; 0 = not pending.
-    deadline: [AtomicU64; 5],
-    /// Deadline of the slot's entry in the heap; 0 = none queued.
-    queued: [AtomicU64; 5],
-    /// Timers act only while the peer runs and the device is up.
-    pub active: AtomicBool,
-    pub handshake_attempts: AtomicU64,
-    pub need_another_keepalive: AtomicBool,
-    pub sent_last_minute_handshake: AtomicBool,
-}
-
-impl PeerTimers {
-    pub fn is_pending(&self, k: TimerKind) -> bool {
-        self.deadline[k as usize].load(Ordering::Acquire) != 0
-    }
-
-    pub fn del(&self, k: TimerKind) {
-        self.deadline[k as usize].store(0, Ordering::Release);
-    }
-
-    pub fn del_all(&self) {
-        for k in TIMER_KINDS {
-            self.del(k);
+impl SessionCell {
+    pub fn new(seed: u64) -> SessionCell {
+        SessionCell {
+            session: Session::new(seed),
+            queued: None,
         }
     }
 }
 
 struct Entry {
-    at: u64,
-    kind: TimerKind,
+    at: Instant,
     peer: Weak<Peer>,
 }
 
 impl PartialEq for Entry {
     fn eq(&self, o: &Self) -> bool {
-        self.at == o.at && self.kind == o.kind
+        self.at == o.at
     }
 }
 impl Eq for Entry {}
@@ -83,7 +55,7 @@ impl PartialOrd for Entry {
 }
 impl Ord for Entry {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.kind).cmp(&(o.at, o.kind))
+        self.at.cmp(&o.at)
     }
 }
 
@@ -92,10 +64,15 @@ pub(crate) struct TimerWheel {
     heap: Mutex<BinaryHeap<Reverse<Entry>>>,
     cond: Condvar,
     /// When the timer thread will wake next by itself (clock nanoseconds; at most 1 s ahead).
-    /// Arming a timer due later needs no wake-up: the thread recomputes when it wakes. Most
-    /// timers are 5 s or more away, so the data path almost never wakes the thread — a
+    /// Scheduling a deadline due later needs no wake-up: the thread recomputes when it wakes.
+    /// Most deadlines are 5 s or more away, so the data path almost never wakes the thread — a
     /// wake-up per received packet would be a context switch per packet on a busy core.
     wake_at: AtomicU64,
+    /// The clock instant up to which every due entry has been fired (clock nanoseconds).
+    done_through: AtomicU64,
+    /// How many times the clock jumped forward (a fake clock advancing), counted under the heap
+    /// lock: the thread does not go to sleep on a deadline computed before a jump.
+    jumps: AtomicU64,
     stop: AtomicBool,
     clock: Arc<dyn Clock>,
 }
@@ -106,6 +83,8 @@ impl TimerWheel {
             heap: Mutex::new(BinaryHeap::new()),
             cond: Condvar::new(),
             wake_at: AtomicU64::new(0),
+            done_through: AtomicU64::new(0),
+            jumps: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             clock: clock.clone(),
         });
@@ -113,35 +92,37 @@ impl TimerWheel {
         clock.on_advance(Arc::new(move || {
             if let Some(w) = weak.upgrade() {
                 let _g = w.heap.lock();
+                w.jumps.fetch_add(1, Ordering::AcqRel);
                 w.cond.notify_all();
             }
         }));
         w
     }
 
-    /// Arms `peer`'s slot `k` to fire `after` from now.
-    pub fn arm(&self, peer: &Arc<Peer>, k: TimerKind, after: Duration) {
-        let t = &peer.timers;
-        if !t.active.load(Ordering::Acquire) {
-            return;
+    /// Makes sure `peer` is looked at by `next` (its session's next deadline). Called with the
+    /// peer's session lock held, `queued` being its cell's field, so that deadlines published
+    /// by two threads cannot cross.
+    pub fn schedule(&self, peer: &Arc<Peer>, queued: &mut Option<Instant>, next: Option<Instant>) {
+        let Some(at) = next else { return };
+        if queued.is_some_and(|q| q <= at) {
+            return; // the queued entry comes first and will queue `at` when it fires
         }
-        let at = (self.clock.now() + after).as_nanos().max(1);
-        t.deadline[k as usize].store(at, Ordering::Release);
-        let queued = t.queued[k as usize].load(Ordering::Acquire);
-        if queued != 0 && queued <= at {
-            return; // the queued entry comes first and will re-queue at `at`
-        }
+        *queued = Some(at);
         let mut heap = self.heap.lock();
-        t.queued[k as usize].store(at, Ordering::Release);
-        let wake = at < self.wake_at.load(Ordering::Acquire);
+        let wake = at.as_nanos() < self.wake_at.load(Ordering::Acquire);
         heap.push(Reverse(Entry {
             at,
-            kind: k,
             peer: Arc::downgrade(peer),
         }));
         if wake {
             self.cond.notify_all();
         }
+    }
+
+    /// The clock instant up to which the timer thread has fired every due deadline. With a
+    /// fake clock, tests wait until it reaches the clock's `now` after advancing it.
+    pub fn done_through(&self) -> Instant {
+        Instant::from_nanos(self.done_through.load(Ordering::Acquire))
     }
 
     pub fn stop(&self) {
@@ -150,83 +131,72 @@ impl TimerWheel {
         self.cond.notify_all();
     }
 
-    /// The timer thread: fires due slots through `fire` until stopped. `tick` runs about once a
-    /// second (rate-limiter garbage collection).
-    pub fn run(&self, fire: impl Fn(&Arc<Peer>, TimerKind), tick: impl Fn()) {
+    /// The timer thread: hands each due entry to `fire` (peer, the entry's deadline, now) until
+    /// stopped. `tick` runs about once a second (rate-limiter garbage collection).
+    pub fn run(&self, fire: impl Fn(&Arc<Peer>, Instant, Instant), tick: impl Fn()) {
         let mut last_tick = self.clock.now();
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
             self.clock.refresh();
+            let jumps = self.jumps.load(Ordering::Acquire);
             let now = self.clock.now();
-            let mut due = Vec::new();
-            {
-                let mut heap = self.heap.lock();
-                while let Some(Reverse(e)) = heap.peek() {
-                    if e.at > now.as_nanos() {
-                        break;
-                    }
-                    let Some(Reverse(e)) = heap.pop() else { break };
-                    due.push(e);
-                }
-                if due.is_empty()
-                    && now.saturating_duration_since(last_tick) < Duration::from_secs(1)
-                {
-                    let wait = heap
-                        .peek()
-                        .map(|Reverse(e)| Duration::from_nanos(e.at - now.as_nanos()))
-                        .unwrap_or(Duration::from_secs(1))
-                        .min(Duration::from_secs(1));
-                    if !self.stop.load(Ordering::Acquire) {
-                        // Published under the heap lock, which `arm` holds when it compares.
-                        let until = now
-                            .as_nanos()
-                            .saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
-                        self.wake_at.store(until, Ordering::Release);
-                        self.cond.wait_for(&mut heap, wait);
-                        self.wake_at.store(0, Ordering::Release);
-                    }
-                    continue;
-                }
-            }
+            let due = self.take_due(now);
             if now.saturating_duration_since(last_tick) >= Duration::from_secs(1) {
                 last_tick = now;
                 tick();
             }
+            if due.is_empty() {
+                self.wait(now, last_tick, jumps);
+                continue;
+            }
             for e in due {
-                let Some(peer) = e.peer.upgrade() else {
-                    continue;
-                };
-                let t = &peer.timers;
-                let i = e.kind as usize;
-                if t.queued[i].load(Ordering::Acquire) != e.at {
-                    continue; // superseded by an earlier entry
-                }
-                t.queued[i].store(0, Ordering::Release);
-                let dl = t.deadline[i].load(Ordering::Acquire);
-                if dl == 0 {
-                    continue;
-                }
-                if dl > now.as_nanos() {
-                    // Re-armed later meanwhile: queue the real deadline.
-                    let mut heap = self.heap.lock();
-                    t.queued[i].store(dl, Ordering::Release);
-                    heap.push(Reverse(Entry {
-                        at: dl,
-                        kind: e.kind,
-                        peer: e.peer.clone(),
-                    }));
-                    continue;
-                }
-                if t.deadline[i]
-                    .compare_exchange(dl, 0, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                    && t.active.load(Ordering::Acquire)
-                {
-                    fire(&peer, e.kind);
+                if let Some(peer) = e.peer.upgrade() {
+                    fire(&peer, e.at, now);
                 }
             }
         }
+    }
+
+    fn take_due(&self, now: Instant) -> Vec<Entry> {
+        let mut heap = self.heap.lock();
+        let mut due = Vec::new();
+        while heap.peek().is_some_and(|Reverse(e)| e.at <= now) {
+            if let Some(Reverse(e)) = heap.pop() {
+                due.push(e);
+            }
+        }
+        due
+    }
+
+    /// Sleeps until the earliest entry, a clock advance, an earlier entry, or the next tick.
+    fn wait(&self, now: Instant, last_tick: Instant, jumps: u64) {
+        let mut heap = self.heap.lock();
+        if heap
+            .peek()
+            .is_some_and(|Reverse(e)| e.at <= self.clock.now())
+        {
+            return; // scheduled meanwhile
+        }
+        self.done_through.store(now.as_nanos(), Ordering::Release);
+        let to_tick =
+            Duration::from_secs(1).saturating_sub(now.saturating_duration_since(last_tick));
+        let wait = heap
+            .peek()
+            .map(|Reverse(e)| e.at.saturating_duration_since(now))
+            .unwrap_or(to_tick)
+            .min(to_tick)
+            .max(Duration::from_millis(1));
+        if self.stop.load(Ordering::Acquire) || self.jumps.load(Ordering::Acquire) != jumps {
+            return;
+        }
+        // Published under the heap lock, which `schedule` holds when it compares.
+        let until = now
+            .as_nanos()
+            .saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
+        self.wake_at.store(until, Ordering::Release);
+        self.cond.wait_for(&mut heap, wait);
+        self.wake_at.store(0, Ordering::Release);
     }
 }

@@ -183,9 +183,7 @@ fn apply_peer_setting(
         }
         PeerSetting::PersistentKeepaliveInterval(secs) => {
             if let Some(p) = live(s) {
-                let old = p
-                    .persistent_keepalive
-                    .swap(u32::from(*secs), Ordering::Relaxed);
+                let old = p.set_persistent_keepalive(*secs);
                 s.pka_turned_on = old == 0 && *secs != 0;
             }
         }
@@ -274,8 +272,7 @@ pub(crate) fn state(dev: &Arc<DeviceInner>) -> DeviceState {
         let nanos = p.last_handshake_nanos.load(Ordering::Relaxed);
         ps.last_handshake_time = (nanos != 0).then(|| Duration::from_nanos(nanos));
         (ps.rx_bytes, ps.tx_bytes) = p.rx_tx_bytes();
-        ps.persistent_keepalive_interval =
-            u16::try_from(p.persistent_keepalive.load(Ordering::Relaxed)).unwrap_or(u16::MAX);
+        ps.persistent_keepalive_interval = p.persistent_keepalive();
         ps.allowed_ips = table
             .prefixes_of(&PeerRef(p.clone()))
             .into_iter()
