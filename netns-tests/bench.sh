@@ -26,6 +26,9 @@
 #   BASE=main: same-run A/B against a baseline `vpn` built from that git ref in its own
 #   worktree and target directory (target/bench-base/); its runs are interleaved with the
 #   others and the ratios vpn/base are printed and written to the section.
+#   BASE_BIN=path/to/vpn instead of BASE: the baseline arm runs that binary (nothing is built).
+#   BASE_ENV="VPN_X=0 ...": environment for the baseline arm's daemons only, so one binary
+#   runs both arms of a runtime switch's A/B (BASE_BIN defaults to the measured binary then).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -46,8 +49,14 @@ trap lab_cleanup EXIT
 trap 'exit 130' INT TERM
 need_root
 [ -x "$VPN" ] || { echo "bench.sh: $VPN not found (cargo build --release -p vpn-cli)" >&2; exit 1; }
-BASE="${BASE:-}"
-if [ -n "$BASE" ]; then
+BASE="${BASE:-}"; BASE_BIN="${BASE_BIN:-}"; export BASE_ENV="${BASE_ENV:-}"
+if [ -z "$BASE" ] && { [ -n "$BASE_BIN" ] || [ -n "$BASE_ENV" ]; }; then
+    # A prebuilt baseline and/or the same binary under other switches: no build.
+    BASE_VPN="$(realpath "${BASE_BIN:-$VPN}")"; export BASE_VPN
+    [ -x "$BASE_VPN" ] || { echo "bench.sh: $BASE_VPN not found" >&2; exit 1; }
+    BASE="${BASE_BIN:+${BASE_VPN#"$ROOT"/}}${BASE_BIN:+${BASE_ENV:+ }}$BASE_ENV"; BASE_REV="same run"
+    case " $IMPLS " in *" base "*) ;; *) IMPLS="${IMPLS/vpn/vpn base}" ;; esac
+elif [ -n "$BASE" ]; then
     # The baseline: the ref checked out in a worktree of its own, built into a target
     # directory of its own (nothing of this tree's build is reused or disturbed).
     BASE_TREE="$ROOT/target/bench-base/tree"
@@ -196,9 +205,12 @@ bench_run() {
 }
 
 # Runs are interleaved (run 1 of every implementation, then run 2, ...) so that a change in
-# the machine's speed during the benchmark touches every implementation alike.
+# the machine's speed during the benchmark touches every implementation alike; every other run
+# goes through them backwards, so that none always runs first after the pause between runs.
 for run in $(seq "$RUNS"); do
-    for impl in $IMPLS; do
+    order="$IMPLS"
+    [ $((run % 2)) -eq 0 ] && order="$(echo "$IMPLS" | tr ' ' '\n' | tac | tr '\n' ' ')"
+    for impl in $order; do
         echo "== $(label "$impl") run $run"
         bench_run "$impl" "$run" || echo "== $(label "$impl") run $run failed"
     done
