@@ -463,6 +463,64 @@ impl Clock for BootTimeClock {
     }
 }
 
+/// A fast clock anchored to a real one: answers are `fast`'s nanoseconds plus an offset to
+/// `inner`, measured again on every [`Clock::refresh`] (the timer thread, every second) and on
+/// [`AnchoredClock::invalidate`] (a time jump).
+#[cfg(target_os = "linux")]
+pub struct AnchoredClock<C, F> {
+    inner: C,
+    fast: F,
+    offset: AtomicU64,
+}
+
+#[cfg(target_os = "linux")]
+impl<C: Clock, F: Fn() -> u64 + Send + Sync + 'static> AnchoredClock<C, F> {
+    /// `fast` in nanoseconds, anchored to `inner`.
+    pub fn new(inner: C, fast: F) -> Self {
+        let c = AnchoredClock {
+            inner,
+            fast,
+            offset: AtomicU64::new(0),
+        };
+        c.invalidate();
+        c
+    }
+
+    /// Measures the offset again.
+    pub fn invalidate(&self) {
+        let f1 = (self.fast)();
+        let n = self.inner.now().as_nanos();
+        let f2 = (self.fast)();
+        let f = f1 + (f2.saturating_sub(f1)) / 2;
+        self.offset.store(n.wrapping_sub(f), Ordering::Relaxed);
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl<C: Clock, F: Fn() -> u64 + Send + Sync + 'static> Clock for AnchoredClock<C, F> {
+    fn now(&self) -> Instant {
+        Instant::from_nanos((self.fast)().wrapping_add(self.offset.load(Ordering::Relaxed)))
+    }
+    fn wall(&self) -> Duration {
+        self.inner.wall()
+    }
+    fn on_advance(&self, waker: Arc<dyn Fn() + Send + Sync>) {
+        self.inner.on_advance(waker)
+    }
+    fn refresh(&self) {
+        self.invalidate()
+    }
+}
+
+/// `quanta`'s clock (the TSC where it is invariant, else CLOCK_MONOTONIC) in nanoseconds since
+/// the first call.
+#[cfg(target_os = "linux")]
+pub fn quanta_nanos() -> impl Fn() -> u64 + Send + Sync + 'static {
+    let clock = quanta::Clock::new();
+    let origin = clock.now();
+    move || u64::try_from(clock.now().duration_since(origin).as_nanos()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,6 +161,20 @@ pub fn nudge_wall_clock() -> io::Result<()> {
     Ok(())
 }
 
+/// CLOCK_MONOTONIC_COARSE: the time of the last timer tick, read from the kernel's page.
+pub fn monotonic_coarse() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec that lives across the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,22 @@ use vpn_uapi::StatsFn;
 /// interpolation at once: a TSC that stood still through a suspend would otherwise hide the
 /// sleep until the next real reading. Without that watch (no timerfd) the counter is not used.
 fn daemon_clock() -> Arc<dyn Clock> {
-    let wanted = std::env::var("VPN_CYCLE_CLOCK").map_or(true, |v| v != "0");
+    let choice = std::env::var("VPN_CYCLE_CLOCK").unwrap_or_default();
+    match choice.as_str() {
+        "quanta" => {
+            return Arc::new(vpn_device::clock::AnchoredClock::new(
+                BootTimeClock,
+                vpn_device::clock::quanta_nanos(),
+            ))
+        }
+        "coarse" => {
+            return Arc::new(vpn_device::clock::AnchoredClock::new(BootTimeClock, || {
+                u64::try_from(vpn_sys::cycles::monotonic_coarse().as_nanos()).unwrap_or(0)
+            }))
+        }
+        _ => {}
+    }
+    let wanted = choice != "0";
     let Some(tsc) = Tsc::detect().filter(|_| wanted) else {
         return Arc::new(BootTimeClock);
     };
