@@ -8,7 +8,7 @@
 #
 # Usage (root): netns-tests/fairness.sh [path/to/release/vpn]
 #   RUNS=5 SECS=4 (TCP seconds) LEN=1200 (UDP payload) IMPLS="veth vpn wggo boringtun"
-#   VPN_ENV="VPN_DATAGRAM_YIELD=0 ..." (environment for the vpn daemons, for experiments)
+#   VPN_ENV="VPN_SCHED_BATCH=0 ..." (environment for the vpn daemons, for experiments)
 #   QDISC="fq_codel" (a root qdisc for A's tunnel interface: `tc qdisc replace ... root $QDISC`)
 set -uo pipefail
 

@@ -97,6 +97,43 @@ scenario_big_mtu_offload() {
     offload_counters "" yes yes yes
 }
 
+# Under bulk traffic the reader carrying the light direction (the ACKs) becomes SCHED_BATCH and
+# stops preempting the one carrying the data; the data readers stay SCHED_OTHER; a quiet tunnel
+# puts every thread back to SCHED_OTHER so a lone packet is not delayed.
+scenario_bulk_scheduling() {
+    make_pair bs; tunnel vpn vpn 4
+    iperf_server "$B"
+    # Threads of a daemon by scheduling policy (field 41 of /proc/<pid>/task/<tid>/stat, the
+    # 39th after the name; 3 = SCHED_BATCH): "name:policy ..." for the data-path threads.
+    policies() {
+        local t
+        for t in /proc/"$1"/task/*; do
+            echo "$(cat "$t/comm" 2>/dev/null):$(sed 's/.*) //' "$t/stat" 2>/dev/null | cut -d' ' -f39)"
+        done | grep -E '^(tun-reader|receive|crypto-[0-9]+):' | sort | tr '\n' ' '
+    }
+    iperf "$A" -c 100.64.0.2 -t 5 >"$STATE/bs.json" &
+    local ip=$! busy_a="" busy_b="" i
+    sleep 1
+    # Five looks, 0.4 s apart: an ACK reader that once reads 16 ACKs counts as heavy for a
+    # moment (a slow debug build), so "marked" needs one look and "not marked" all of them.
+    for i in 1 2 3 4 5; do
+        busy_a+="$(policies "$PIDA")"; busy_b+="$(policies "$PIDB")"
+        sleep 0.4
+    done
+    wait "$ip"
+    echo "  during bulk: A $busy_a/ B $busy_b"
+    [[ "$busy_a" == *"receive:3"* ]] || fail "A's ACK reader (receive) not SCHED_BATCH under bulk: $busy_a"
+    [[ "$busy_a" != *"tun-reader:3"* ]] || fail "A's data reader (TUN) marked under bulk: $busy_a"
+    [[ "$busy_b" == *"tun-reader:3"* ]] || fail "B's ACK reader (TUN) not SCHED_BATCH under bulk: $busy_b"
+    [[ "$busy_b" != *"receive:3"* ]] || fail "B's data reader (receive) marked under bulk: $busy_b"
+    sleep 0.5
+    must "ping after bulk" n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 100.64.0.2 >/dev/null
+    must "ping back after bulk" n "$B" timeout 10 ping -c 3 -i 0.2 -W 2 100.64.0.1 >/dev/null
+    local quiet_a quiet_b; quiet_a="$(policies "$PIDA")"; quiet_b="$(policies "$PIDB")"
+    echo "  quiet again: A $quiet_a/ B $quiet_b"
+    [[ "$quiet_a$quiet_b" != *":3 "* ]] || fail "a data-path thread stayed SCHED_BATCH on a quiet tunnel"
+}
+
 # offload_counters <tun split> <tun gro> <udp gso> <udp gro>: each "yes" must be non-zero in
 # `vpn show` on A (sender of the forward run) or B; prints both batching sections.
 offload_counters() {
@@ -470,7 +507,7 @@ scenario_cleanup() {
     return 0
 }
 
-ALL=(basic_v4_underlay basic_v6_underlay big_mtu_offload counters roaming_v4 roaming_v6
+ALL=(basic_v4_underlay basic_v6_underlay big_mtu_offload bulk_scheduling counters roaming_v4 roaming_v6
     cryptokey_routing nat sticky_source_v4 sticky_source_v6 keys interop_wireguard_go
     interop_boringtun wg_fidelity hostile "${HARDENING[@]}")
 if [ "$#" -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi

@@ -57,9 +57,12 @@ pub struct Options {
     /// directions. Readers wait while it is reached. Embedders with a memory ceiling (an iOS
     /// network extension) lower it; 0 is unbounded. Default [`DEFAULT_MEMORY_BUDGET`].
     pub memory_budget: usize,
+    /// How the data-path threads are marked while the device carries bulk traffic (the daemon
+    /// passes `SCHED_BATCH` on Linux; see [`crate::sched`]). `None`: left alone.
+    pub scheduling: Option<Arc<dyn crate::sched::Scheduling>>,
     /// Whether a thread that has just written a burst of inbound datagrams (UDP) to the TUN
     /// yields its CPU before it reads again, so that local receivers without flow control get
-    /// to drain their sockets (the device's `tuning` module). On by default.
+    /// to drain their sockets (see [`crate::sched`]). On by default.
     pub datagram_yield: bool,
 }
 
@@ -69,6 +72,7 @@ impl Default for Options {
             clock: crate::clock::default_clock(),
             workers: 0,
             memory_budget: DEFAULT_MEMORY_BUDGET,
+            scheduling: None,
             datagram_yield: true,
         }
     }
@@ -93,6 +97,16 @@ impl Options {
     /// [`Options::memory_budget`].
     pub fn with_memory_budget(mut self, bytes: usize) -> Self {
         self.memory_budget = bytes;
+        self
+    }
+
+    /// How data-path threads are marked under bulk load (see [`crate::sched`]); `None` leaves
+    /// them alone.
+    pub fn with_scheduling(
+        mut self,
+        scheduling: Option<Arc<dyn crate::sched::Scheduling>>,
+    ) -> Self {
+        self.scheduling = scheduling;
         self
     }
 
@@ -181,8 +195,8 @@ pub(crate) struct DeviceInner {
     pub(crate) batch_size: usize,
     pub(crate) rate_limiter: Mutex<RateLimiter>,
     pub(crate) under_load_until: AtomicU64,
-    /// Whether TUN writers yield after a burst of datagrams.
-    pub(crate) datagram_yield: crate::tuning::DatagramYield,
+    /// Whether the device carries bulk traffic, for the data-path threads' scheduling hint.
+    pub(crate) bulk: crate::sched::Bulk,
     pub(crate) timers: Arc<TimerWheel>,
     pub(crate) stats: DeviceStats,
     pub(crate) broken_roaming: AtomicBool,
@@ -272,7 +286,7 @@ impl Device {
             batch_size,
             rate_limiter: Mutex::new(RateLimiter::new()),
             under_load_until: AtomicU64::new(0),
-            datagram_yield: crate::tuning::DatagramYield::new(opts.datagram_yield),
+            bulk: crate::sched::Bulk::new(opts.scheduling.clone(), opts.datagram_yield),
             stats: DeviceStats::default(),
             broken_roaming: AtomicBool::new(false),
             workers,

@@ -19,10 +19,10 @@ mod peer;
 pub mod pool;
 mod receive;
 mod route;
+pub mod sched;
 mod send;
 mod stats;
 mod timers;
-mod tuning;
 pub mod uapi;
 
 pub(crate) use device::DeviceInner;

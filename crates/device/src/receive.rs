@@ -70,6 +70,7 @@ impl DeviceInner {
         // `LastRoute`).
         let mut last_index = LastIndex::default();
         let mut last_src = LastRoute::default();
+        let mut bulk = crate::sched::ThreadBulk::default();
         // Whether the receive function waits for data when given no buffers (see
         // `vpn_conn::ReceiveFunc`); one that cannot is read with a slab in hand.
         let mut waits = true;
@@ -122,6 +123,7 @@ impl DeviceInner {
                 .datagrams_received
                 .fetch_add(datagrams as u64, Ordering::Relaxed);
             let now = self.now();
+            self.bulk.observe(&mut bulk, datagrams, || now);
             if n == 1
                 && self.receive_lone(
                     &mut slab,
@@ -502,7 +504,7 @@ impl DeviceInner {
                 tracing::error!(device = %self.name, "failed to write packets to TUN: {e}");
             }
         }
-        if self.datagram_yield.after_write(datagrams) {
+        if self.bulk.wrote_datagrams(datagrams) {
             self.stats.datagram_yields.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -30,6 +30,7 @@ impl DeviceInner {
         // Per packet of the batch: the group it goes to.
         let mut route: Vec<Option<usize>> = Vec::with_capacity(batch);
         let mut last_route = LastRoute::default();
+        let mut bulk = crate::sched::ThreadBulk::default();
         loop {
             // A slab kept from the last read (nothing was carved out of it) is laid out for the
             // MTU of its time: after an MTU change it goes back for one with slots that fit.
@@ -77,6 +78,7 @@ impl DeviceInner {
             self.stats
                 .tun_packets_read
                 .fetch_add(n as u64, Ordering::Relaxed);
+            self.bulk.observe(&mut bulk, n, || self.now());
             // Route under the table's read lock, then carve the packets out with no lock held.
             if n == 1 {
                 let peer = layout

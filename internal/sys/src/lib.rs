@@ -4,7 +4,7 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]) and waiting for a descriptor
+//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]) and waiting for a descriptor
 //! or a close ([`poll`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
@@ -31,6 +31,8 @@ pub mod mmsg;
 pub mod poll;
 #[cfg(all(feature = "posix-kernel", target_os = "linux"))]
 pub mod posix_kernel;
+#[cfg(target_os = "linux")]
+pub mod sched;
 #[cfg(target_os = "linux")]
 mod sockaddr;
 #[cfg(target_os = "linux")]

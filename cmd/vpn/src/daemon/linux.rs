@@ -1,11 +1,13 @@
 //! The daemon's Linux parts: a TUN named `<ifname>` (virtio-net offloads unless
-//! `VPN_TUN_OFFLOAD=0`), the bind with UDP GSO/GRO and a TSC-interpolated CLOCK_BOOTTIME.
+//! `VPN_TUN_OFFLOAD=0`), the bind with UDP GSO/GRO, a TSC-interpolated CLOCK_BOOTTIME and
+//! `SCHED_BATCH` for the light direction of bulk traffic.
 
 use super::{memory_budget, Parts, DEFAULT_MTU};
 use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::{ConnectedOptions, StdNetBind};
 use vpn_device::clock::{BootTimeClock, Clock, Counter, CycleClock};
+use vpn_device::sched::Scheduling;
 use vpn_device::Options;
 use vpn_ipc::Statistics;
 use vpn_sys::cycles::{TimeJumps, Tsc};
@@ -56,6 +58,16 @@ fn daemon_clock() -> Arc<dyn Clock> {
         return Arc::new(BootTimeClock);
     }
     clock
+}
+
+/// A data-path thread carrying the light direction of bulk traffic becomes a `SCHED_BATCH`
+/// thread (see `vpn_device::sched`).
+struct SchedBatch;
+
+impl Scheduling for SchedBatch {
+    fn set_light(&self, light: bool) -> std::io::Result<()> {
+        vpn_sys::sched::set_batch(light)
+    }
 }
 
 /// Resets `clock`'s interpolation whenever `jumps` says time jumped; returns once the clock
@@ -120,6 +132,12 @@ pub(super) fn open(ifname: &str) -> Result<Parts, crate::Error> {
     let opts = Options::default()
         .with_clock(daemon_clock())
         .with_memory_budget(memory_budget()?)
+        // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
+        .with_scheduling(
+            std::env::var("VPN_SCHED_BATCH")
+                .map_or(true, |v| v != "0")
+                .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
+        )
         // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
         .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"));
     Ok(Parts {
