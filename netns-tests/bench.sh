@@ -85,15 +85,6 @@ while awk -v l="$(load1)" -v m="$MAX_LOAD" 'BEGIN { exit !(l >= m) }' && [ "$wai
 done
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== load average at start: $LOAD_START"
-# How much of the per-packet code layout (cmd/vpn/build.rs) this binary got: names the linker
-# did not find stayed where the crates put them (rerun netns-tests/hot-symbols.sh when some
-# are missing).
-HOT="$ROOT/cmd/vpn/hot-symbols.txt"
-if [ -f "$HOT" ] && command -v nm >/dev/null; then
-    HOT_FOUND="$(grep -v '^#' "$HOT" | sort -u | comm -12 - <(nm "$VPN" 2>/dev/null | awk '{ print $NF }' | sort -u) | wc -l)"
-    echo "== hot-symbol order: $HOT_FOUND of $(grep -vc '^#' "$HOT") per-packet functions found in $VPN"
-fi
-
 label() { case "$1" in veth) echo "plain veth" ;; vpn) echo "vpn" ;; base) echo "vpn $BASE ($BASE_REV)" ;; wggo) echo "wireguard-go" ;; boringtun) echo "boringtun-cli" ;; esac; }
 record() { echo "$1 $2 $3" >>"$RES"; }   # impl metric value
 
@@ -306,7 +297,6 @@ section() {
     echo "Run $(date -u "+%Y-%m-%d %H:%M UTC"), vpn binary ${VPN#"$ROOT"/}, kernel $(uname -r), load average at start"
     echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."
     echo "wireguard-go $(wireguard-go --version 2>/dev/null | head -1 | awk '{ print $2 }') (Debian), boringtun-cli $("$BORINGTUN" --version 2>/dev/null | awk '{ print $2 }') (default 4 threads)."
-    [ -n "${HOT_FOUND:-}" ] && echo "vpn's per-packet code layout: $HOT_FOUND of $(grep -vc '^#' "$HOT") functions of \`cmd/vpn/hot-symbols.txt\` found in the binary."
     echo
     echo "| implementation | TCP 1 stream Gbit/s | TCP 4 streams Gbit/s | UDP 64 B kpps delivered | UDP loss % | RTT ms | CPU-s/GB | timer irq/s on CPU 0 (TCP 1) |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|"
