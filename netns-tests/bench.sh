@@ -27,8 +27,11 @@
 #   IMPLS="veth vpn wggo boringtun"
 #   BASE=main: same-run A/B against a baseline `vpn` built from that git ref in its own
 #   worktree and target directory (target/bench-base/); its runs are interleaved with the
-#   others and the ratios vpn/base are printed and written to the section. With BASE_VPN=path
-#   as well, that executable is the baseline (nothing is built; BASE is its label).
+#   others and the ratios vpn/base are printed and written to the section.
+#   BASE_BIN=path/to/vpn (or BASE_VPN=): the baseline arm runs that binary (nothing is built;
+#   BASE, if set, is only its label).
+#   BASE_ENV="VPN_X=0 ...": environment for the baseline arm's daemons only, so one binary
+#   runs both arms of a runtime switch's A/B (BASE_BIN defaults to the measured binary then).
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -136,11 +139,13 @@ trap lab_cleanup EXIT
 trap 'exit 130' INT TERM
 need_root
 [ -x "$VPN" ] || { echo "bench.sh: $VPN not found (cargo build --release -p vpn-cli)" >&2; exit 1; }
-BASE="${BASE:-}"
-if [ -n "$BASE" ] && [ -n "${BASE_VPN:-}" ]; then
-    # A prebuilt baseline: BASE only names it. BASE_VPN may be a script that runs this tree's
-    # `vpn` with a runtime A/B switch set (one build, both arms).
-    BASE_REV="prebuilt"; export BASE_VPN
+BASE="${BASE:-}"; BASE_BIN="${BASE_BIN:-${BASE_VPN:-}}"; export BASE_ENV="${BASE_ENV:-}"
+if [ -n "$BASE_BIN" ] || { [ -z "$BASE" ] && [ -n "$BASE_ENV" ]; }; then
+    # A prebuilt baseline and/or the same binary under other switches: no build.
+    BASE_VPN="$(realpath "${BASE_BIN:-$VPN}")"; export BASE_VPN
+    [ -x "$BASE_VPN" ] || { echo "bench.sh: $BASE_VPN not found" >&2; exit 1; }
+    [ -n "$BASE" ] || BASE="${BASE_BIN:+${BASE_VPN#"$ROOT"/}}${BASE_BIN:+${BASE_ENV:+ }}$BASE_ENV"
+    BASE_REV="same run"
     case " $IMPLS " in *" base "*) ;; *) IMPLS="${IMPLS/vpn/vpn base}" ;; esac
 elif [ -n "$BASE" ]; then
     # The baseline: the ref checked out in a worktree of its own, built into a target
@@ -171,15 +176,6 @@ while awk -v l="$(load1)" -v m="$MAX_LOAD" 'BEGIN { exit !(l >= m) }' && [ "$wai
 done
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== load average at start: $LOAD_START"
-# How much of the per-packet code layout (cmd/vpn/build.rs) this binary got: names the linker
-# did not find stayed where the crates put them (rerun netns-tests/hot-symbols.sh when some
-# are missing).
-HOT="$ROOT/cmd/vpn/hot-symbols.txt"
-if [ -f "$HOT" ] && command -v nm >/dev/null; then
-    HOT_FOUND="$(grep -v '^#' "$HOT" | sort -u | comm -12 - <(nm "$VPN" 2>/dev/null | awk '{ print $NF }' | sort -u) | wc -l)"
-    echo "== hot-symbol order: $HOT_FOUND of $(grep -vc '^#' "$HOT") per-packet functions found in $VPN"
-fi
-
 label() { case "$1" in veth) echo "plain veth" ;; vpn) echo "vpn" ;; base) echo "vpn $BASE ($BASE_REV)" ;; wggo) echo "wireguard-go" ;; boringtun) echo "boringtun-cli" ;; esac; }
 record() { echo "$1 $2 $3" >>"$RES"; }   # impl metric value
 
@@ -291,9 +287,12 @@ bench_run() {
 }
 
 # Runs are interleaved (run 1 of every implementation, then run 2, ...) so that a change in
-# the machine's speed during the benchmark touches every implementation alike.
+# the machine's speed during the benchmark touches every implementation alike; every other run
+# goes through them backwards, so that none always runs first after the pause between runs.
 for run in $(seq "$RUNS"); do
-    for impl in $IMPLS; do
+    order="$IMPLS"
+    [ $((run % 2)) -eq 0 ] && order="$(echo "$IMPLS" | tr ' ' '\n' | tac | tr '\n' ' ')"
+    for impl in $order; do
         echo "== $(label "$impl") run $run"
         bench_run "$impl" "$run" || echo "== $(label "$impl") run $run failed"
     done
@@ -354,7 +353,6 @@ section() {
     echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."
     echo "wireguard-go $(wireguard-go --version 2>/dev/null | head -1 | awk '{ print $2 }') (Debian), boringtun-cli $("$BORINGTUN" --version 2>/dev/null | awk '{ print $2 }') (default 4 threads)."
     echo "Debian's wireguard-go predates wireguard-go's batching and GSO/GRO offload work (2023): ratios against it do not describe a current wireguard-go build."
-    [ -n "${HOT_FOUND:-}" ] && echo "vpn's per-packet code layout: $HOT_FOUND of $(grep -vc '^#' "$HOT") functions of \`cmd/vpn/hot-symbols.txt\` found in the binary."
     echo
     echo "| implementation | TCP 1 stream Gbit/s | TCP 4 streams Gbit/s | UDP 64 B kpps delivered | UDP loss % | RTT ms | CPU-s/GB | timer irq/s on CPU 0 (TCP 1) |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|"

@@ -111,10 +111,11 @@ start_daemon() {
     local kind="$1" s="$2" ifn="$3" cpu="${4:-}" pin=() log="$STATE/$3.log"
     [ -n "$cpu" ] && pin=(taskset -c "$cpu")
     echo "$SOCK_DIR/$ifn.sock" >>"$STATE/socks"
-    local cmd
+    local cmd benv
     case "$kind" in
         vpn) cmd=("$VPN" --foreground "$ifn") ;;
-        base) cmd=("${BASE_VPN:?BASE_VPN not set}" --foreground "$ifn") ;;
+        # BASE_ENV (bench.sh): switches for the baseline arm only.
+        base) read -ra benv <<<"${BASE_ENV:-}"; cmd=(env "${benv[@]}" "${BASE_VPN:?BASE_VPN not set}" --foreground "$ifn") ;;
         wggo) cmd=(env LOG_LEVEL=error wireguard-go -f "$ifn") ;;
         boringtun) cmd=(env WG_SUDO=1 "$BORINGTUN" -f --disable-drop-privileges -l "$log.bt" "$ifn") ;;
         *) echo "unknown daemon $kind" >&2; return 1 ;;

@@ -19,6 +19,12 @@
 //! The other hint runs the other way: a thread that has just written a burst of inbound
 //! datagrams to the TUN yields its CPU (`DATAGRAM_BURST`), so that an application reading
 //! them on the same CPU drains its socket before the next burst overflows it.
+//!
+//! These two are the data path's only scheduling heuristics, and each is here because a
+//! same-run A/B on `make bench` shows it gaining on a figure users see (`docs/design-notes.md`,
+//! "Tuning artifacts, each measured"). Each has its own switch: [`crate::Options::scheduling`]
+//! (the daemon's `VPN_SCHED_BATCH=0`) and [`crate::Options::datagram_yield`]
+//! (`VPN_DATAGRAM_YIELD=0`). A new heuristic goes here too, with a switch and its A/B.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -3,8 +3,8 @@
 //! `vpn-conn` forbids `unsafe`; everything that has to hand raw pointers to the kernel lives
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
-//! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the CPU's cycle counter
-//! ([`cycles`]), the data-path threads' scheduling policy ([`sched`]), the TUN device's calls
+//! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), time jumps under the clock
+//! ([`time_jumps`]), the data-path threads' scheduling policy ([`sched`]), the TUN device's calls
 //! ([`tun`]) and waiting for a descriptor or a close ([`poll`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
@@ -19,8 +19,6 @@
 
 #[cfg(target_os = "linux")]
 pub mod cmsg;
-#[cfg(target_os = "linux")]
-pub mod cycles;
 #[cfg(unix)]
 pub mod daemon;
 #[cfg(target_vendor = "apple")]
@@ -41,3 +39,5 @@ mod sockaddr;
 pub mod sockopt;
 #[cfg(target_os = "linux")]
 pub mod tun;
+#[cfg(target_os = "linux")]
+pub mod time_jumps;

@@ -1,32 +1,32 @@
 //! The daemon's Linux parts: a TUN named `<ifname>` (virtio-net offloads unless
-//! `--tun-offload=off`), the bind with UDP GSO/GRO, a TSC-interpolated CLOCK_BOOTTIME and
-//! `SCHED_BATCH` for the light direction of bulk traffic.
+//! `--tun-offload=off`), the bind with UDP GSO/GRO, CLOCK_BOOTTIME read through a cycle
+//! counter and `SCHED_BATCH` for the light direction of bulk traffic.
 
 use super::{DaemonOptions, Parts, DEFAULT_MTU};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::StdNetBind;
-use vpn_device::clock::{BootTimeClock, Clock, Counter, CycleClock};
+use vpn_device::clock::{BootTimeClock, Clock, CycleClock};
 use vpn_device::sched::Scheduling;
 use vpn_device::Options;
 use vpn_ipc::Statistics;
-use vpn_sys::cycles::{TimeJumps, Tsc};
+use vpn_sys::time_jumps::TimeJumps;
 use vpn_tun::{Device as _, LinuxTun, NamespaceWatch, TunStats};
 use vpn_uapi::StatsFn;
 
-/// The daemon's clock: CLOCK_BOOTTIME, interpolated with the TSC where the kernel keeps time
-/// with it (a lone packet then reads no kernel page for the time; `vpn_device::clock::CycleClock`).
-/// `VPN_CYCLE_CLOCK=0` reads CLOCK_BOOTTIME every time.
+/// The daemon's clock: CLOCK_BOOTTIME read through a cycle counter (a lone packet then reads
+/// no kernel page for the time; `vpn_device::clock::CycleClock`). `VPN_CYCLE_CLOCK=0` reads
+/// CLOCK_BOOTTIME every time.
 ///
-/// A thread watches for time jumps (a resume from suspend, the wall clock set) and resets the
-/// interpolation at once: a TSC that stood still through a suspend would otherwise hide the
-/// sleep until the next real reading. Without that watch (no timerfd) the counter is not used.
+/// A thread watches for time jumps (a resume from suspend, the wall clock set) and measures
+/// the counter's offset again at once: a counter that stood still through a suspend would
+/// otherwise hide the sleep until the timer thread's next refresh. Without that watch (no
+/// timerfd) the counter is not used.
 fn daemon_clock() -> Arc<dyn Clock> {
-    let wanted = std::env::var("VPN_CYCLE_CLOCK").map_or(true, |v| v != "0");
-    let Some(tsc) = Tsc::detect().filter(|_| wanted) else {
+    if std::env::var("VPN_CYCLE_CLOCK").is_ok_and(|v| v == "0") {
         return Arc::new(BootTimeClock);
-    };
+    }
     let jumps = match TimeJumps::new(Duration::from_secs(60)) {
         Ok(j) => j,
         Err(e) => {
@@ -34,7 +34,7 @@ fn daemon_clock() -> Arc<dyn Clock> {
             return Arc::new(BootTimeClock);
         }
     };
-    let clock = Arc::new(CycleClock::new(BootTimeClock, TscCounter(tsc)));
+    let clock = Arc::new(CycleClock::new(BootTimeClock));
     let weak = Arc::downgrade(&clock);
     let spawned = std::thread::Builder::new()
         .name("clock-jumps".into())
@@ -46,22 +46,9 @@ fn daemon_clock() -> Arc<dyn Clock> {
     clock
 }
 
-/// A data-path thread carrying the light direction of bulk traffic becomes a `SCHED_BATCH`
-/// thread (see `vpn_device::sched`).
-struct SchedBatch;
-
-impl Scheduling for SchedBatch {
-    fn set_light(&self, light: bool) -> std::io::Result<()> {
-        vpn_sys::sched::set_batch(light)
-    }
-}
-
-/// Resets `clock`'s interpolation whenever `jumps` says time jumped; returns once the clock
-/// is gone (checked every period) or the watch fails (the clock then stops interpolating).
-fn watch_time_jumps(
-    jumps: &TimeJumps,
-    clock: &std::sync::Weak<CycleClock<BootTimeClock, TscCounter>>,
-) {
+/// Re-anchors `clock` whenever `jumps` says time jumped; returns once the clock is gone
+/// (checked every period) or the watch fails (the clock then stops using the counter).
+fn watch_time_jumps(jumps: &TimeJumps, clock: &std::sync::Weak<CycleClock<BootTimeClock>>) {
     loop {
         let jumped = jumps.wait();
         let Some(clock) = clock.upgrade() else {
@@ -79,16 +66,13 @@ fn watch_time_jumps(
     }
 }
 
-/// The TSC as the device's cycle counter.
-struct TscCounter(Tsc);
+/// A data-path thread carrying the light direction of bulk traffic becomes a `SCHED_BATCH`
+/// thread (see `vpn_device::sched`).
+struct SchedBatch;
 
-impl Counter for TscCounter {
-    #[inline]
-    fn cycles(&self) -> u64 {
-        self.0.read()
-    }
-    fn fit(&self) -> bool {
-        self.0.still_fit()
+impl Scheduling for SchedBatch {
+    fn set_light(&self, light: bool) -> std::io::Result<()> {
+        vpn_sys::sched::set_batch(light)
     }
 }
 
@@ -193,64 +177,5 @@ mod tests {
         }
         assert!(!out.contains("v6"));
         assert_eq!(out.parse::<Statistics>().unwrap(), st, "reads back");
-    }
-
-    /// The TSC-interpolated boot clock agrees with CLOCK_BOOTTIME on this machine's real
-    /// counter, and (as root) a clock set reaches it through the time-jump watch (skipped
-    /// where the kernel does not keep time with the TSC).
-    #[test]
-    fn cycle_clock_tracks_boot_time() {
-        let Some(tsc) = Tsc::detect() else {
-            return;
-        };
-        let clock = Arc::new(CycleClock::new(BootTimeClock, TscCounter(tsc)));
-        let calibrate = || {
-            // Two agreeing one-second intervals, three refreshes: 6.7 s for the whole test,
-            // idle or beside three busy loops. Before a refresh read again after an
-            // interrupted reading, a loaded machine spoiled most first readings (10.9 s beside
-            // three busy loops; a CI run failed after 21 s).
-            for _ in 0..20 {
-                std::thread::sleep(Duration::from_millis(1050));
-                clock.refresh();
-                if clock.is_interpolating() {
-                    return;
-                }
-            }
-            panic!("TSC rate did not settle within 21 s");
-        };
-        calibrate();
-        for _ in 0..50 {
-            let before = BootTimeClock.now();
-            let t = clock.now();
-            let after = BootTimeClock.now();
-            // Within the clock's tolerance of the readings around it.
-            assert!(
-                t.as_nanos() + 1_000_000 >= before.as_nanos()
-                    && t.as_nanos() <= after.as_nanos() + 1_000_000,
-                "{before:?} {t:?} {after:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let jumps = TimeJumps::new(Duration::from_secs(1)).unwrap();
-        let weak = Arc::downgrade(&clock);
-        let watcher = std::thread::spawn(move || watch_time_jumps(&jumps, &weak));
-        std::thread::sleep(Duration::from_millis(50));
-        match vpn_sys::cycles::nudge_wall_clock() {
-            Ok(()) => {}
-            // Setting the clock needs CAP_SYS_TIME: not root, nothing more to check.
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return,
-            Err(e) => panic!("clock_adjtime: {e}"),
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while clock.is_interpolating() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(
-            !clock.is_interpolating(),
-            "the clock set did not reset the interpolation"
-        );
-        calibrate();
-        drop(clock);
-        watcher.join().unwrap(); // returns within a period once the clock is gone
     }
 }

@@ -8,7 +8,7 @@
 //! the TUN goes away (the device closes itself on a TUN read error).
 //!
 //! What differs per system is in `linux.rs` (a TUN named `<ifname>`, offloads, a
-//! TSC-interpolated CLOCK_BOOTTIME, scheduling) and `macos.rs` (a utun, `vpn utun` letting the
+//! CLOCK_BOOTTIME, scheduling) and `macos.rs` (a utun, `vpn utun` letting the
 //! kernel pick the unit and writing its name to `WG_TUN_NAME_FILE`, the default options).
 //!
 //! The daemon's switches are [`DaemonOptions`] (flags, or their environment variables).

@@ -1,57 +1,10 @@
-//! The CPU's cycle counter, for a clock that does not touch memory (see
-//! `vpn_device::clock::CycleClock`).
-//!
-//! Reading the kernel's clock (`clock_gettime` through the vDSO) reads the kernel's timekeeping
-//! page, which the timer tick rewrites from whichever CPU keeps time: on a tunnel idle between
-//! packets that page is cold every time, about 3 µs per read on the benchmark VM. The time
-//! stamp counter is a register: about 10 ns, cold or not.
+//! Time jumps under the process: a resume from suspend or the wall clock set. A clock that
+//! reads a cycle counter between readings of CLOCK_BOOTTIME (`vpn_device::clock::CycleClock`)
+//! cannot see a suspend the counter stood still through; this watch tells it at once.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
-
-/// The time stamp counter, where the kernel keeps time with it (clocksource `tsc`): the kernel
-/// then has checked that it runs at a constant rate, does not stop in idle states and agrees
-/// across CPUs.
-#[derive(Clone, Copy, Debug)]
-pub struct Tsc(());
-
-impl Tsc {
-    /// The counter, or `None` on other CPUs and when the kernel uses another clocksource.
-    pub fn detect() -> Option<Tsc> {
-        Tsc::kernel_keeps_time_with_it().then_some(Tsc(()))
-    }
-
-    /// Whether the kernel still keeps time with the counter. It switches away at run time when
-    /// its watchdog finds the TSC unstable (`clocksource: Marking clocksource 'tsc' as
-    /// unstable`); a clock built on the counter asks again now and then and stops using it.
-    pub fn still_fit(self) -> bool {
-        Tsc::kernel_keeps_time_with_it()
-    }
-
-    fn kernel_keeps_time_with_it() -> bool {
-        cfg!(target_arch = "x86_64")
-            && std::fs::read_to_string(
-                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-            )
-            .is_ok_and(|source| source.trim() == "tsc")
-    }
-
-    /// The current count. Inlined: the point is to touch no memory.
-    #[inline]
-    pub fn read(self) -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: RDTSC reads a register; it has no memory operands and no preconditions
-            // on a CPU the kernel keeps time with it on (a `Tsc` exists only there).
-            unsafe { core::arch::x86_64::_rdtsc() }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            0 // unreachable: `detect` returns `None` here
-        }
-    }
-}
 
 /// Tells when time jumped under the process: the machine resumed from suspend or the wall clock
 /// was set. A cycle counter that stood still through a suspend cannot see the first; the kernel
@@ -161,20 +114,23 @@ pub fn nudge_wall_clock() -> io::Result<()> {
     Ok(())
 }
 
+/// CLOCK_MONOTONIC_COARSE: the time of the last timer tick, read from the kernel's page.
+pub fn monotonic_coarse() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec that lives across the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_forward_with_time() {
-        let Some(tsc) = Tsc::detect() else {
-            return; // no TSC clocksource here: nothing to check
-        };
-        let a = tsc.read();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let b = tsc.read();
-        assert!(b > a, "{a} then {b}");
-    }
 
     /// A wall-clock step is a clock set to the kernel: the watch must say time jumped. Root
     /// only (CAP_SYS_TIME).
