@@ -89,7 +89,7 @@ fuzz-smoke:
 clean:
 	$(CARGO) clean
 
-# Connected sockets (issue 6) in network namespaces (root): the checks, then the benchmark.
+# Connected sockets (docs/bind.md) in network namespaces (root): the checks, then the benchmark.
 netns-connected:
 	$(CARGO) build --release -p vpn-cli
 	bash netns-tests/connected/test.sh $${CARGO_TARGET_DIR:-target}/release/vpn

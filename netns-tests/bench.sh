@@ -294,6 +294,7 @@ section() {
     echo "Run $(date -u "+%Y-%m-%d %H:%M UTC"), vpn binary ${VPN#"$ROOT"/}, kernel $(uname -r), load average at start"
     echo "$LOAD_START, at end $LOAD_END (1/5/15 min; other engineers compile on this machine at times)."
     echo "wireguard-go $(wireguard-go --version 2>/dev/null | head -1 | awk '{ print $2 }') (Debian), boringtun-cli $("$BORINGTUN" --version 2>/dev/null | awk '{ print $2 }') (default 4 threads)."
+    echo "Debian's wireguard-go predates wireguard-go's batching and GSO/GRO offload work (2023): ratios against it do not describe a current wireguard-go build."
     [ -n "${HOT_FOUND:-}" ] && echo "vpn's per-packet code layout: $HOT_FOUND of $(grep -vc '^#' "$HOT") functions of \`cmd/vpn/hot-symbols.txt\` found in the binary."
     echo
     echo "| implementation | TCP 1 stream Gbit/s | TCP 4 streams Gbit/s | UDP 64 B kpps delivered | UDP loss % | RTT ms | CPU-s/GB | timer irq/s on CPU 0 (TCP 1) |"

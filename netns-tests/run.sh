@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The network-namespace integration suite: the `vpn` daemon, configured by the real `wg` tool,
 # against itself, wireguard-go and boringtun-cli, in namespaces joined by veth pairs (the model
-# is wireguard-go's tests/netns.sh and the kernel's netns.sh; reference-behaviour.md §7.4).
+# is wireguard-go's tests/netns.sh and the kernel's netns.sh).
 #
 # Usage (root): netns-tests/run.sh [path/to/vpn] [scenario...]
 #   Without scenario names every scenario runs. Each one gets fresh namespaces, runs in a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Connected sockets in network namespaces (issue 6): one daemon (A) with 8 peers, each peer a
+# Connected sockets (docs/bind.md) in network namespaces: one daemon (A) with 8 peers, each peer a
 # daemon of its own in namespace B, connected sockets on everywhere (VPN_CONNECTED_SOCKETS=1)
 # with a 3 s idle interval (VPN_CONNECTED_IDLE_MS) so idling out takes seconds, not a minute.
 #

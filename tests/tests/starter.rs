@@ -30,7 +30,7 @@ impl Bind for StarterBind {
             .unwrap()
             .clone()
             .expect("device installs a starter before open");
-        // Started synchronously during open, as the reference's test bind does.
+        // Started synchronously during open, as wireguard-go's test bind does.
         if !starter.start(extra.remove(0), 65536, 64) {
             *self.refused.lock().unwrap() += 1;
             self.extra.close()?;

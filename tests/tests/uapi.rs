@@ -73,7 +73,7 @@ fn round_trip_with_hundreds_of_peers_and_thousands_of_allowed_ips() {
     // The memory TUN reports "up" at creation, so the device is up with a random port.
     assert!(lines[1].starts_with("listen_port="), "{}", lines[1]);
     assert_eq!(lines[2], "fwmark=51820");
-    // Each peer: the fields in the reference's order, then its allowed IPs in insertion order.
+    // Each peer: the fields in wireguard-go's order, then its allowed IPs in insertion order.
     let mut i = 3;
     for (k, psk, ips) in &expect_peers {
         assert_eq!(lines[i], format!("public_key={}", k.to_hex()));

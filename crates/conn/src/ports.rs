@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use socket2::Socket;
 
-/// Send and receive buffer size of the shared sockets: 7 MiB (upstream's `socketBufferSize`).
+/// Send and receive buffer size of the shared sockets: 7 MiB (wireguard-go's `socketBufferSize`).
 pub(crate) const SOCKET_BUFFER_SIZE: usize = 7 << 20;
 /// How often a port-0 open retries when the v6 half finds the v4 half's port taken.
 const PORT_RETRIES: usize = 100;

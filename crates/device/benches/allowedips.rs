@@ -1,6 +1,6 @@
 //! Lookup cost of the allowed-IPs table (`vpn_device::allowedips`, built on `prefix-trie`'s
 //! multibit trie) against the hand-written path-compressed binary radix trie of
-//! `allowedips/binary_trie.rs` (the reference design), plus a bare `prefix_trie::PrefixMap` to show
+//! `allowedips/binary_trie.rs` (wireguard-go's design), plus a bare `prefix_trie::PrefixMap` to show
 //! what our per-peer bookkeeping adds to a lookup.
 //!
 //! Tables: 1 000 and 10 000 random IPv4 prefixes (/8../32) and 1 000 random IPv6 prefixes

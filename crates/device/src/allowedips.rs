@@ -7,16 +7,16 @@
 //!
 //! The longest-prefix match itself is `prefix_trie::PrefixMap`, one per family (IPv4 keyed by
 //! `(u32, cidr)`, IPv6 by `(u128, cidr)`). It is a multibit trie (5-bit strides with bitmaps), so
-//! a lookup walks fewer nodes than the binary radix trie of §2.12; measured against our own binary
-//! radix trie it was 1.7–3.7× faster on IPv4 tables of 1 000 and 10 000 prefixes, and ~1.5×
+//! a lookup walks fewer nodes than the binary radix trie of the kernel and wireguard-go;
+//! measured against our own binary radix trie it was 1.7–3.7× faster on IPv4 tables of 1 000 and 10 000 prefixes, and ~1.5×
 //! slower only for deep IPv6 hits (`benches/allowedips.rs`, figures in docs/design-notes.md).
 //!
-//! What the map does not give is the per-peer side of §2.12: each distinct value has an entry in
-//! a slot table holding its prefixes ordered by insertion sequence, and the map stores
-//! `(slot, sequence)`; a hash map finds a value's slot (a peer handle hashes and compares by
-//! pointer identity). So `insert`, `remove_by_value` and `prefixes_of` cost that value's own
-//! prefixes, never the whole table nor the number of peers: with 100 000 peers a linear search
-//! for the slot made configuring and `wg show` quadratic.
+//! What the map does not give is the per-peer side (`docs/protocol.md`, "Allowed IPs"): each
+//! distinct value has an entry in a slot table holding its prefixes ordered by insertion
+//! sequence, and the map stores `(slot, sequence)`; a hash map finds a value's slot (a peer
+//! handle hashes and compares by pointer identity). So `insert`, `remove_by_value` and
+//! `prefixes_of` cost that value's own prefixes, never the whole table nor the number of peers:
+//! with 100 000 peers a linear search for the slot made configuring and `wg show` quadratic.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -597,8 +597,8 @@ mod tests {
         assert_eq!(t.len(), 8);
     }
 
-    /// peers.md: an inner source inside a more specific range of another peer must be
-    /// attributed to that other peer, so the reverse check rejects it for the wider one.
+    /// An inner source inside a more specific range of another peer must be attributed to
+    /// that other peer, so the reverse check rejects it for the wider one.
     #[test]
     fn more_specific_range_of_another_peer_wins_for_source_check() {
         let mut t = AllowedIps::new();

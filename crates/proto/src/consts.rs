@@ -1,8 +1,8 @@
 //! Every protocol timing and size constant in one place.
 //!
 //! Values follow wireguard-go's `device/constants.go` and `queueconstants_default.go`
-//! (reference-behaviour §2.1, §2.3, §2.7, §2.10) so that timers, limits and queue depths
-//! behave identically to the implementations we interoperate with.
+//! (listed with their meaning in `docs/protocol.md`, "Messages and constants") so that timers,
+//! limits and queue depths behave identically to the implementations we interoperate with.
 
 use core::time::Duration;
 
@@ -107,7 +107,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn derived_values_match_the_reference() {
+    fn derived_values_match_wireguard_go() {
         assert_eq!(REJECT_AFTER_MESSAGES, u64::MAX - 8192);
         assert_eq!(REJECT_AFTER_MESSAGES as u128, (1u128 << 64) - (1 << 13) - 1);
         assert_eq!(

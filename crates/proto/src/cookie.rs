@@ -1,4 +1,5 @@
-//! Handshake MACs and cookies: the DoS defence of reference-behaviour §2.7.
+//! Handshake MACs and cookies: the DoS defence described in `docs/protocol.md` ("Handshakes,
+//! cookies and load").
 //!
 //! mac1 proves the sender knows our public key (checked on every handshake message). mac2
 //! proves the sender can receive at its source address: under load the responder answers an

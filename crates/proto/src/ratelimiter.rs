@@ -1,4 +1,5 @@
-//! Handshake rate limiter: a token bucket per exact source IP (reference-behaviour §2.7).
+//! Handshake rate limiter: a token bucket per exact source IP (`docs/protocol.md`, "Handshakes,
+//! cookies and load").
 //!
 //! Used only while the device is under load and only for handshakes whose mac2 proved the
 //! source address, so the table holds verified addresses. It is per source, never global: a

@@ -1,4 +1,4 @@
-//! The per-keypair replay window (RFC 6479 sliding bitmap, reference-behaviour §2.10).
+//! The per-keypair replay window (RFC 6479 sliding bitmap; `docs/protocol.md`, "Replay window").
 //!
 //! A ring of 128 × 64-bit blocks; the window is the 8128 counters behind the highest seen (one
 //! block is kept as the slot being cleared when the window advances). Peers shipped a 1024-bit
@@ -107,7 +107,7 @@ mod tests {
 
     #[test]
     fn exact_window_edge() {
-        // last − counter == 8128 is accepted, 8129 is "too old" (§2.10: rejected when the
+        // last − counter == 8128 is accepted, 8129 is "too old" (rejected when the
         // difference is greater than the window size).
         for last in [8129u64, 10_000, 1 << 40, REJECT_AFTER_MESSAGES - 1] {
             let mut f = ReplayFilter::new();

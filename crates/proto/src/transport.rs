@@ -3,7 +3,7 @@
 //! A [`Keypair`] is what a completed handshake yields: one key per direction, the two session
 //! indices and an atomic send counter. Sealing works on a buffer that already has 16 bytes of
 //! headroom in front of the plaintext, so the header is written in front and the tag behind
-//! without copying the packet (reference-behaviour §2.4 step 5). The replay window lives
+//! without copying the packet (`docs/protocol.md`, "Sending", step 3). The replay window lives
 //! beside the keypair in the device ([`crate::replay::ReplayFilter`]), because it needs a lock
 //! while the keypair itself is shared read-only between crypto workers.
 
@@ -220,7 +220,7 @@ impl Keypair {
     }
 }
 
-/// Padded plaintext length (reference-behaviour §2.15).
+/// Padded plaintext length (`docs/protocol.md`, "Sending", step 4).
 ///
 /// Rounds up to a multiple of 16 but never beyond `mtu`; a packet larger than the MTU (an
 /// offload super-packet) pads only its remainder modulo the MTU; `mtu == 0` means plain
@@ -388,7 +388,7 @@ mod tests {
 
     #[test]
     fn padded_len_table() {
-        // (plaintext, mtu, padded) per §2.15.
+        // (plaintext, mtu, padded), by the padding rule above.
         let table = [
             (0, 1420, 0),
             (1, 1420, 16),

@@ -279,7 +279,7 @@ fn transport_messages_interoperate_with_boringtun() {
         assert!(kp.open(c2, &mut tampered).is_err());
     }
 
-    // us → boringtun, padded per §2.15; boringtun trims to the IP total length.
+    // us → boringtun, padded to a multiple of 16 (`docs/protocol.md`, "Sending"); boringtun trims to the IP total length.
     for len in [0usize, 1, 15, 16, 17, 1400] {
         let packet = ipv4_packet(len);
         let padded = padded_len(packet.len(), 1420);

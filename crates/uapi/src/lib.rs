@@ -1,5 +1,5 @@
 //! The UAPI socket: `/var/run/wireguard/<ifname>.sock`, served to `wg` and `wg-quick`
-//! (§2.16 of the reference behaviour).
+//! (the protocol's text and its typed model: `docs/ipc.md`).
 //!
 //! [`UapiListener::bind`] creates the socket the way wireguard-go does (directory 0755, socket
 //! 0600, a stale file from a dead daemon replaced, a live one left alone) and

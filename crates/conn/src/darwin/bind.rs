@@ -26,7 +26,7 @@ use crate::{Bind, Endpoint, ReceiveFunc, ReceiveFuncStarter, IDEAL_BATCH_SIZE};
 ///
 /// `open` returns the IPv4 receive function first, then the IPv6 one (either may be missing
 /// when the system lacks that family). darwin reports no local address with a datagram, so
-/// endpoints carry no sticky source (as upstream on darwin).
+/// endpoints carry no sticky source (as in wireguard-go on darwin).
 pub struct StdNetBind {
     pub(super) core: Core<Family>,
     offload: bool,
@@ -188,7 +188,7 @@ impl Bind for StdNetBind {
         Ok(())
     }
 
-    /// darwin has no fwmark: accepted and ignored, as upstream does off Linux and the BSDs.
+    /// darwin has no fwmark: accepted and ignored, as wireguard-go does off Linux and the BSDs.
     fn set_mark(&self, _mark: u32) -> io::Result<()> {
         Ok(())
     }

@@ -1,5 +1,5 @@
-//! Creating the sockets: one per address family on one port, with the options upstream
-//! applies before `bind` (reference-behaviour §3.2).
+//! Creating the sockets: one per address family on one port, with the options wireguard-go
+//! applies before `bind` (`docs/bind.md`, "Opening the shared sockets").
 
 use std::io;
 use std::os::fd::AsFd;
@@ -45,7 +45,7 @@ pub(super) fn listen(
     } else {
         sockopt::set_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
     }
-    // GRO before 5.12 cannot report segment sizes reliably (peers.md): leave it off there.
+    // GRO before 5.12 cannot report segment sizes reliably: leave it off there (`docs/bind.md`).
     if offload && sockopt::kernel_at_least(5, 12) {
         let _ = sockopt::set_int(fd, libc::SOL_UDP, UDP_GRO, 1);
     }

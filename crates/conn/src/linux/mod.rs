@@ -1,7 +1,7 @@
 //! `StdNetBind` for Linux: one UDP socket per address family on one port, batched with
 //! `recvmmsg`/`sendmmsg`, UDP GSO on send and GRO on receive when the kernel offers them,
-//! and sticky source addresses through packet-info control messages (reference-behaviour
-//! §3.2). The raw system calls live in `vpn-sys`; this module holds the policy.
+//! and sticky source addresses through packet-info control messages (`docs/bind.md`). The raw
+//! system calls live in `vpn-sys`; this module holds the policy.
 //!
 //! Closing wakes blocked readers with `shutdown(2)` (see `docs/design-notes.md`, "Waking
 //! blocked socket readers"): a reader holds a read lock on its socket while in `recvmmsg`,

@@ -1,6 +1,5 @@
 //! The hand-written alternative the benchmark measures against: a path-compressed binary radix
-//! trie per family, the reference design (reference-behaviour.md §2.12, as in the Linux kernel
-//! and wireguard-go), with nodes in a `Vec` arena and per-value intrusive lists. It was the first
+//! trie per family, the design of the Linux kernel and wireguard-go, with nodes in a `Vec` arena and per-value intrusive lists. It was the first
 //! implementation of `vpn_device::allowedips` and passed the same test suite; it lost on lookup
 //! speed to the multibit trie of `prefix-trie` (see docs/design-notes.md). Kept whole so the
 //! comparison stays honest; the benchmark only calls the lookups.

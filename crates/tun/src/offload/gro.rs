@@ -4,11 +4,11 @@
 //!
 //! One pass over the batch; the tables live in [`GroTable`] and are cleared, not freed, per
 //! call, so nothing is allocated once the table has seen a full batch. Flows are found by a
-//! newest-first scan of the items, which is also the order the reference visits a flow's items.
+//! newest-first scan of the items, which is also the order wireguard-go visits a flow's items.
 //! Packets are not moved: a group is a chain of the batch's buffers, its first packet whole
 //! and the payloads of the rest, which the writer hands to the kernel in one `writev`
 //! ([`segments`](GroTable::segments)). Copying the payloads behind the first packet instead
-//! (as the reference does) wrote into cold lines of that buffer, which the kernel then read
+//! (as wireguard-go does) wrote into cold lines of that buffer, which the kernel then read
 //! back.
 
 use std::io;
@@ -574,7 +574,7 @@ impl GroTable {
         let offset = self.offset;
         let hdr_at = offset - VIRTIO_NET_HDR_LEN;
         for &i in &self.to_write {
-            // Also covers items dropped for a bad checksum, which the reference leaves with
+            // Also covers items dropped for a bad checksum, which wireguard-go leaves with
             // whatever bytes were in the headroom.
             bufs[self.first[i]].as_mut()[hdr_at..offset].fill(0);
         }

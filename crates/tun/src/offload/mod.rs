@@ -1,8 +1,8 @@
 //! Segmentation offload for TUN devices: the virtio-net header, GRO coalescing on write and
 //! GSO splitting on read (`tun/offload_linux.go` in wireguard-go).
 //!
-//! These are pure functions over byte buffers (no I/O), so they are unit-tested against the
-//! reference's table cases and fuzzed. GRO is our own allocation-free port: tun-rs's
+//! These are pure functions over byte buffers (no I/O), so they are unit-tested against
+//! wireguard-go's table cases and fuzzed. GRO is our own allocation-free port: tun-rs's
 //! `handle_gro` copies every candidate packet into a fresh `Vec` and hides its list of buffers
 //! to write, which breaks the data path's no-per-packet-allocation rule and our statistics.
 //! GSO splitting is tun-rs's `gso_split`, wrapped in [`split`] with the validation wireguard-go

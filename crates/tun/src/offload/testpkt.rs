@@ -1,5 +1,5 @@
 //! Packet builders for the offload tests: valid IPv4/IPv6 TCP/UDP packets with correct
-//! checksums, plus the mutations the reference's table cases use.
+//! checksums, plus the mutations wireguard-go's `handleGRO` table cases use.
 
 use super::checksum::{checksum, pseudo_header_no_fold};
 use super::{put16, IPPROTO_TCP, IPPROTO_UDP, TCP_FLAGS_OFFSET, TCP_FLAG_ACK};

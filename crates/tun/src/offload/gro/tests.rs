@@ -1,4 +1,4 @@
-//! The reference's `handleGRO` table cases plus classification, header and randomized checks.
+//! wireguard-go's `handleGRO` table cases plus classification, header and randomized checks.
 
 use super::*;
 use crate::offload::testpkt::*;
