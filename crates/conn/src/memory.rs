@@ -1,16 +1,20 @@
 //! An in-memory network of binds for tests: datagrams move between binds through channels, with
 //! fake addresses, so pipeline tests run without sockets and can do what sockets make awkward —
 //! move a bind to another address (roaming), inject datagrams from arbitrary sources (floods,
-//! hostile input) and count what was sent.
+//! hostile input) and count what was sent. With [`faults`] configured it also loses,
+//! duplicates, corrupts, reorders and delays datagrams, seeded so a failing run reproduces.
+
+pub mod faults;
 
 use crate::{err_closed, Bind, Endpoint, ReceiveFunc};
 use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
+use faults::{FaultConfig, FaultStats, Faults};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 /// Datagrams queued per bind before further ones are dropped (like a full socket buffer).
 const QUEUE: usize = 8192;
@@ -36,6 +40,10 @@ struct NetInner {
     /// Datagrams dropped because no bind had the address or its queue stayed full.
     dropped: AtomicU64,
     tap: Mutex<Option<Sender<Captured>>>,
+    faults: Mutex<Option<Arc<Faults>>>,
+    /// Whether `faults` is set: datagrams skip its lock when not (benchmarks run over this
+    /// network too).
+    faulty: AtomicBool,
 }
 
 impl MemoryNetwork {
@@ -60,9 +68,46 @@ impl MemoryNetwork {
         }
     }
 
-    /// Delivers one datagram to `to` as if sent from `from`. Returns whether a bind took it.
+    /// Delivers one datagram to `to` as if sent from `from` (through the faults, if any).
+    /// Returns whether a bind took it (or, with faults, whether it is still in flight: false
+    /// when the injector lost it).
     pub fn inject(&self, from: SocketAddr, to: SocketAddr, data: Vec<u8>) -> bool {
         self.deliver(from, to, data)
+    }
+
+    /// Runs every datagram sent from now on (and every injected one) through `faults`, or
+    /// through none. What the previous faults held back or delayed is delivered first, so
+    /// nothing stays in limbo (a datagram being sent at that very moment may still meet the
+    /// previous faults: replace them between a scenario's phases, not in the middle of one).
+    pub fn set_faults(&self, faults: Option<FaultConfig>) {
+        self.inner.faulty.store(faults.is_some(), Ordering::Release);
+        let old = std::mem::replace(
+            &mut *self.inner.faults.lock(),
+            faults.map(Faults::new).map(Arc::new),
+        );
+        if let Some(old) = old {
+            old.flush(self);
+        }
+    }
+
+    /// What the current faults did so far (all zero without faults).
+    pub fn fault_stats(&self) -> FaultStats {
+        self.inner
+            .faults
+            .lock()
+            .as_ref()
+            .map(|f| f.stats())
+            .unwrap_or_default()
+    }
+
+    /// Delivers, now, every datagram the faults hold back or delay (a reordered datagram waits
+    /// for later ones on its link: when the link goes quiet, this lets it go). One the delay
+    /// line is handing over at that moment arrives by its hand, just after.
+    pub fn flush_faults(&self) {
+        let faults = self.inner.faults.lock().clone();
+        if let Some(f) = faults {
+            f.flush(self);
+        }
     }
 
     /// Copies every datagram delivered from now on to `tap` (for replay and capture tests).
@@ -76,6 +121,22 @@ impl MemoryNetwork {
     }
 
     fn deliver(&self, from: SocketAddr, to: SocketAddr, data: Vec<u8>) -> bool {
+        if !self.inner.faulty.load(Ordering::Acquire) {
+            return self.deliver_now(from, to, data);
+        }
+        let faults = self.inner.faults.lock().clone();
+        match faults {
+            Some(f) if f.matches(from, to, &data) => f.offer(self, from, to, data),
+            _ => self.deliver_now(from, to, data),
+        }
+    }
+
+    fn downgrade(&self) -> Weak<NetInner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// Hands a datagram to the bind at `to` (no faults); the tap sees it here.
+    fn deliver_now(&self, from: SocketAddr, to: SocketAddr, data: Vec<u8>) -> bool {
         if let Some(tap) = self.inner.tap.lock().as_ref() {
             let _ = tap.try_send((from, to, data.clone()));
         }

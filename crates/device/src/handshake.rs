@@ -42,6 +42,7 @@ impl DeviceInner {
                 return;
             }
             if let Err(e) = peer.handshake.lock().cookie.consume_reply(msg, now) {
+                self.refused();
                 tracing::debug!(device = %self.name, "could not decrypt cookie reply: {e}");
             }
             return;
@@ -85,6 +86,13 @@ impl DeviceInner {
         }
     }
 
+    /// Counts a handshake message that passed MAC1 and was refused after.
+    fn refused(&self) {
+        self.stats
+            .drop_handshake_refused
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     fn send_cookie_reply(&self, msg: &[u8], job: &HandshakeJob, src: &[u8]) {
         let Ok(sender) = vpn_proto::messages::sender_index(msg) else {
             return;
@@ -120,17 +128,20 @@ impl DeviceInner {
             let cand = match decrypt_initiation(identity, msg) {
                 Ok(c) => c,
                 Err(e) => {
+                    self.refused();
                     tracing::debug!(device = %self.name, "invalid handshake initiation from {}: {e}", job.ep);
                     return;
                 }
             };
             let Some(peer) = self.peers.read().by_key.get(cand.remote_static()).cloned() else {
+                self.refused();
                 return;
             };
             if !peer.is_running() {
                 return;
             }
             if let Err(e) = cand.accept(&mut peer.handshake.lock().hs, now) {
+                self.refused();
                 tracing::debug!(device = %self.name, peer = %peer.public_key, "rejected handshake initiation: {e}");
                 return;
             }
@@ -148,6 +159,7 @@ impl DeviceInner {
             return;
         };
         let Some(IndexEntry::Handshake(peer)) = self.index.get(resp.receiver_index()) else {
+            self.refused();
             return;
         };
         if !peer.is_running() {
@@ -160,6 +172,7 @@ impl DeviceInner {
             };
             let mut hs = peer.handshake.lock();
             if let Err(e) = hs.hs.consume_response(identity, msg) {
+                self.refused();
                 tracing::debug!(device = %self.name, peer = %peer.public_key, "invalid handshake response: {e}");
                 return;
             }

@@ -70,6 +70,10 @@ stats! {
     drop_source_not_allowed,
     /// Handshake messages with a bad MAC1.
     drop_bad_mac,
+    /// Handshake messages refused past their MAC1: an initiation that does not decrypt, names
+    /// no peer of ours, or is replayed or too soon after the last; a response to no initiation
+    /// of ours in flight; a cookie reply for one of ours that does not decrypt.
+    drop_handshake_refused,
     /// Handshake messages dropped by the per-source rate limiter.
     drop_rate_limited,
     /// Handshake messages dropped because the handshake queue was full.
