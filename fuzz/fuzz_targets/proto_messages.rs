@@ -1,12 +1,12 @@
 //! Fuzzes message classification and the zero-copy views of vpn-proto: no input may panic,
-//! the typed parsers must agree with `classify`, and a parsed transport header must write back
+//! the typed parsers (and `Received`, `sender_index`) must agree with `classify`, and a parsed transport header must write back
 //! to the bytes it came from.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use vpn_proto::messages::{
-    classify, CookieReply, Initiation, MessageType, Response, TransportHeader,
-    TRANSPORT_HEADER_SIZE,
+    classify, sender_index, CookieReply, Initiation, MessageType, Received, Response,
+    TransportHeader, TRANSPORT_HEADER_SIZE,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -19,6 +19,12 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(resp.is_ok(), kind == Ok(MessageType::Response));
     assert_eq!(cookie.is_ok(), kind == Ok(MessageType::CookieReply));
     assert_eq!(transport.is_ok(), kind == Ok(MessageType::Transport));
+    match Received::parse(data) {
+        Ok(Received::Transport(h)) => assert_eq!(Ok(h), transport),
+        Ok(Received::Handshake(k)) => assert!(kind == Ok(k) && k != MessageType::Transport),
+        Err(e) => assert_eq!(Err(e), kind),
+    }
+    assert_eq!(sender_index(data).is_ok(), init.is_ok() || resp.is_ok());
     if let Err(e) = kind {
         let _ = e.to_string();
     }

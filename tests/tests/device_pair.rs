@@ -334,6 +334,47 @@ fn hostile_datagrams_do_not_disturb_the_tunnel() {
     assert!(ping(&b, &a, false, Duration::from_secs(5)));
 }
 
+/// The classify stage sorts every datagram once: what is no message is counted malformed, a
+/// handshake of the wrong size never reaches the handshake workers, one of the right size does
+/// (and fails its MAC there), and a transport message for an unknown index is counted as such.
+#[test]
+fn each_datagram_is_classified_and_dropped_where_it_belongs() {
+    let net = MemoryNetwork::new();
+    let (a, b) = pair(&net, 16, None);
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+    let from: std::net::SocketAddr = "198.18.66.66:6666".parse().unwrap();
+    let msg = |ty: u32, len: usize| {
+        let mut d = vec![0x5a_u8; len];
+        d[..4].copy_from_slice(&ty.to_le_bytes());
+        d
+    };
+    let before = b.dev.stats();
+    for d in [
+        msg(4, 20),  // shorter than a transport message
+        msg(9, 100), // no such type
+        msg(1, 147), // an initiation one byte short
+        msg(2, 93),  // a response one byte long
+    ] {
+        net.inject(from, b.addr(), d);
+    }
+    net.inject(from, b.addr(), msg(1, 148)); // the right size: on to the MAC check
+    net.inject(from, b.addr(), msg(4, 64)); // index 0x5a5a5a5a: nobody's
+    let settled = wait_for(Duration::from_secs(10), || {
+        let st = b.dev.stats();
+        st.drop_bad_mac > before.drop_bad_mac && st.drop_unknown_index > before.drop_unknown_index
+    });
+    let st = b.dev.stats();
+    assert!(settled, "{st:?}");
+    assert_eq!(st.drop_malformed - before.drop_malformed, 4, "{st:?}");
+    assert_eq!(st.drop_bad_mac - before.drop_bad_mac, 1, "{st:?}");
+    assert_eq!(
+        st.drop_unknown_index - before.drop_unknown_index,
+        1,
+        "{st:?}"
+    );
+    assert!(ping(&a, &b, false, Duration::from_secs(5)));
+}
+
 /// A lone packet's route is cached by the TUN reader; a change of allowed IPs must show at once.
 #[test]
 fn allowed_ips_change_reroutes_the_next_lone_packet() {

@@ -7,6 +7,7 @@
 //! peer at a time, so per-peer order is queue order whichever worker finished first — without a
 //! thread per peer and without a wake-up hop between the worker and a sequential sender.
 
+use crate::keypair::DevKeypair;
 use crate::pool::{PacketBuf, Pool};
 use crate::Peer;
 use parking_lot::Mutex;
@@ -77,6 +78,83 @@ impl Drop for Elems {
     fn drop(&mut self) {
         self.v.clear();
         self.pool.keep_elems(std::mem::take(&mut self.v));
+    }
+}
+
+/// One peer's packets of a batch, on their way to a [`Container`]: the group stage of both
+/// directions collects them here. Inbound a group also lists the keypairs its packets were
+/// sealed with (`Elem::kp` indexes it); outbound the keypair is picked when the batch is
+/// staged, and the list stays empty.
+pub(crate) struct Group {
+    pub peer: Arc<Peer>,
+    pub keypairs: Vec<Arc<DevKeypair>>,
+    pub elems: Elems,
+}
+
+impl Group {
+    /// An empty group for `peer` with room for `cap` packets.
+    pub fn new(peer: Arc<Peer>, pool: &Arc<Pool>, cap: usize) -> Group {
+        Group {
+            peer,
+            keypairs: Vec::new(),
+            elems: Elems::new(pool, cap),
+        }
+    }
+
+    /// The number `kp` has in this group, added if new (at most a handful per batch: the
+    /// current, previous and next keypair).
+    #[inline]
+    pub fn keypair_slot(&mut self, kp: &Arc<DevKeypair>) -> u8 {
+        let k = match self.keypairs.iter().position(|k| Arc::ptr_eq(k, kp)) {
+            Some(k) => k,
+            None => {
+                self.keypairs.push(kp.clone());
+                self.keypairs.len() - 1
+            }
+        };
+        u8::try_from(k).unwrap_or(u8::MAX)
+    }
+
+    /// Hands the packets collected so far over in a group of their own and leaves this one
+    /// empty, for the same peer and keypairs (a reader batch larger than the device batch).
+    pub fn split_off(&mut self, pool: &Arc<Pool>, cap: usize) -> Group {
+        let fresh = Group {
+            peer: self.peer.clone(),
+            keypairs: self.keypairs.clone(),
+            elems: Elems::new(pool, cap),
+        };
+        std::mem::replace(self, fresh)
+    }
+}
+
+/// The groups of one batch, by peer.
+pub(crate) struct Groups {
+    pool: Arc<Pool>,
+    /// Room each new group starts with.
+    cap: usize,
+    pub v: Vec<Group>,
+}
+
+impl Groups {
+    pub fn new(pool: &Arc<Pool>, cap: usize) -> Groups {
+        Groups {
+            pool: pool.clone(),
+            cap,
+            v: Vec::new(),
+        }
+    }
+
+    /// The index of `peer`'s group, opened if this batch had none yet. A batch carries a
+    /// handful of peers: a linear scan beats hashing.
+    #[inline]
+    pub fn of(&mut self, peer: &Arc<Peer>) -> usize {
+        match self.v.iter().position(|g| Arc::ptr_eq(&g.peer, peer)) {
+            Some(g) => g,
+            None => {
+                self.v.push(Group::new(peer.clone(), &self.pool, self.cap));
+                self.v.len() - 1
+            }
+        }
     }
 }
 

@@ -100,7 +100,9 @@ impl DeviceInner {
     }
 
     fn send_cookie_reply(&self, msg: &[u8], job: &HandshakeJob, src: &[u8]) {
-        let sender = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
+        let Ok(sender) = vpn_proto::messages::sender_index(msg) else {
+            return;
+        };
         let now = self.now();
         let reply = {
             let mut id = self.identity.write();

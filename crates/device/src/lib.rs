@@ -17,6 +17,7 @@ mod index;
 mod keypair;
 mod peer;
 pub mod pool;
+mod reader;
 mod receive;
 mod route;
 pub mod sched;

@@ -1,299 +1,302 @@
-//! The inbound path: socket readers → classify → open (workers) → in order: replay check, key
-//! confirmation, roaming, inner-source check, TUN write (§2.4).
+//! The inbound path, in stages: read (the shared [`BatchReader`]) → classify each datagram
+//! (`vpn_proto::messages::Received`) → group transport messages per peer and keypair → hand
+//! handshakes to the handshake queue and each group to the crypto workers and its peer's
+//! ordered queue → open (workers) → in order: replay check and key confirmation, roaming and
+//! timers, inner-source check, TUN write. See `docs/pipeline.md`, "Stages".
 
-use crate::batch::{recycle_slices, Container, Elem, Elems};
+use crate::batch::{Container, Elem, Group, Groups};
 use crate::device::HandshakeJob;
-use crate::index::LastIndex;
+use crate::index::{IndexEntry, LastIndex};
 use crate::keypair::DevKeypair;
 use crate::peer::Peer;
-use crate::pool::{Carver, Layout, PacketBuf, Pool, HEADROOM};
-use crate::route::{BatchMemo, LastRoute};
+use crate::pool::{Layout, PacketBuf, HEADROOM};
+use crate::reader::BatchReader;
+use crate::route::{inner_packet_len, is_udp, BatchMemo, LastRoute};
 use crate::DeviceInner;
 use bytes::BytesMut;
 use smallvec::SmallVec;
+use std::collections::HashMap;
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::{is_err_closed, Endpoint, ReceiveFunc};
-use vpn_proto::messages::{
-    TransportHeader, COOKIE_REPLY_SIZE, INITIATION_SIZE, MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION,
-    MESSAGE_RESPONSE, MESSAGE_TRANSPORT, RESPONSE_SIZE, TRANSPORT_MIN_SIZE,
-};
+use vpn_proto::messages::{Received, TransportHeader, TRANSPORT_MIN_SIZE};
+use vpn_proto::time::Instant;
 
-/// What the reader does with one datagram of a batch.
+/// What the classify and group stages decided for one datagram of a batch.
 #[derive(Clone, Copy)]
 enum Act {
     Skip,
-    /// To `groups[group]`, sealed with its keypair number `kp`.
+    /// To `groups[group]`, sealed with the group's keypair number `kp`, nonce `counter`.
     Transport {
         group: usize,
         kp: u8,
+        counter: u64,
     },
     Handshake,
 }
 
-/// Per-batch grouping of inbound packets by peer.
-struct Group {
-    peer: Arc<Peer>,
-    keypairs: Vec<Arc<DevKeypair>>,
-    elems: Elems,
+/// What a socket reader keeps from batch to batch.
+struct Inbound {
+    reader: BatchReader,
+    /// Per datagram of the batch: where it came from, and what to do with it.
+    eps: Vec<Endpoint>,
+    acts: Vec<Act>,
+    groups: Groups,
+    /// The last lone datagram's keypair lookup and inner-source check (see `LastIndex`,
+    /// `LastRoute`).
+    last_index: LastIndex,
+    last_src: LastRoute,
+    bulk: crate::sched::ThreadBulk,
 }
 
-impl Group {
-    fn new(peer: Arc<Peer>, keypairs: Vec<Arc<DevKeypair>>, pool: &Arc<Pool>, cap: usize) -> Self {
-        Group {
-            peer,
-            keypairs,
-            elems: Elems::new(pool, cap),
-        }
-    }
+/// How a reader waits for its socket: holding no memory (the receive function waits when
+/// given no buffers, see `vpn_conn::ReceiveFunc`), or, for a function that cannot, reading with
+/// a slab in hand that is counted in `idle_slabs` while it waits.
+struct IdleWait {
+    waits: bool,
+    held: usize,
+}
+
+/// What a reader does after a failed read.
+enum Failed {
+    Retry,
+    Stop,
 }
 
 impl DeviceInner {
-    /// One receive routine per receive function (`RoutineReceiveIncoming`).
-    ///
-    /// Per read: wait until the socket has data, holding no memory (an idle reader costs the
-    /// pool nothing); take a slab and read the batch into its slots; carve the transport
-    /// messages handed on out of it (the slab returns with the last of them) and give the rest
-    /// back.
+    /// One receive routine per receive function (`RoutineReceiveIncoming`): wait for data
+    /// holding no memory, read a batch into a slab, run it through the stages, give back what
+    /// was not carved out of the slab.
     pub(crate) fn receive_routine(self: &Arc<Self>, mut recv: ReceiveFunc, batch: usize) {
         let batch = batch.max(1);
-        // The per-call view of the slab, its allocation reused (see `recycle_slices`).
-        let mut spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
-        let mut sizes = vec![0usize; batch];
-        let mut eps = vec![Endpoint::default(); batch];
-        let mut groups: Vec<Group> = Vec::new();
-        // Per datagram of the batch: what to do with it.
-        let mut acts: Vec<Act> = Vec::with_capacity(batch);
+        let mut st = Inbound {
+            reader: BatchReader::new(&self.pool, batch),
+            eps: vec![Endpoint::default(); batch],
+            acts: Vec::with_capacity(batch),
+            groups: Groups::new(&self.pool, self.batch_size.min(batch)),
+            last_index: LastIndex::default(),
+            last_src: LastRoute::default(),
+            bulk: crate::sched::ThreadBulk::default(),
+        };
+        let mut idle = IdleWait {
+            waits: true,
+            held: 0,
+        };
         let mut errors = 0;
-        // The last lone datagram's keypair lookup and inner-source check (see `LastIndex`,
-        // `LastRoute`).
-        let mut last_index = LastIndex::default();
-        let mut last_src = LastRoute::default();
-        let mut bulk = crate::sched::ThreadBulk::default();
-        // Whether the receive function waits for data when given no buffers (see
-        // `vpn_conn::ReceiveFunc`); one that cannot is read with a slab in hand.
-        let mut waits = true;
-        // Bytes this reader holds while it waits (a slab, if it cannot wait without one).
-        let mut held_idle = 0;
-
-        loop {
-            if waits {
-                match recv(&mut [], &mut [], &mut []) {
-                    Ok(_) => {}
-                    Err(e) if is_err_closed(&e) => break,
-                    Err(e) => {
-                        tracing::debug!(device = %self.name, "receive function cannot wait for data, reading with a slab in hand: {e}");
-                        waits = false;
-                        held_idle = Layout::for_batch(batch, self.mtu()).len();
-                        self.idle_slabs.fetch_add(held_idle, Ordering::AcqRel);
-                    }
-                }
-            }
+        while self.wait_for_datagrams(&mut recv, &mut idle, batch) {
             let layout = Layout::for_batch(batch, self.mtu());
-            let mut slab = self.pool.take(layout.len());
-            let mut slices = recycle_slices(std::mem::take(&mut spare));
-            layout.slices(&mut slab, &mut slices);
-            let res = recv(&mut slices, &mut sizes, &mut eps);
-            spare = recycle_slices(slices);
-            let n = match res {
+            let eps = &mut st.eps;
+            match st.reader.read(layout, |bufs, sizes| recv(bufs, sizes, eps)) {
                 Ok(n) => {
                     errors = 0;
-                    n.min(batch)
+                    self.receive_batch(&mut st, n);
                 }
-                Err(e) => {
-                    self.pool.put(slab);
-                    if is_err_closed(&e) {
-                        break;
-                    }
-                    errors += 1;
-                    if errors > 10 || self.is_closed() {
-                        tracing::error!(device = %self.name, "receive routine giving up: {e}");
-                        break;
-                    }
-                    tracing::debug!(device = %self.name, "failed to receive packet: {e}");
-                    std::thread::sleep(Duration::from_millis(333));
-                    continue;
-                }
-            };
-            self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
-            // Entries of size 0 are holes a reader left (see `vpn_conn::ReceiveFunc`).
-            let datagrams = sizes[..n].iter().filter(|&&s| s != 0).count();
-            self.stats
-                .datagrams_received
-                .fetch_add(datagrams as u64, Ordering::Relaxed);
-            let now = self.now();
-            self.bulk.observe(&mut bulk, datagrams, || now);
-            if n == 1
-                && self.receive_lone(
-                    &mut slab,
-                    sizes[0],
-                    eps[0],
-                    now,
-                    (&mut last_index, &mut last_src),
-                )
-            {
-                self.pool.put(slab);
-                continue;
+                Err(e) => match self.receive_failed(e, &mut errors) {
+                    Failed::Retry => {}
+                    Failed::Stop => break,
+                },
             }
-            // Classify under the index's read lock; carve packets out of the slab only after
-            // it is released.
-            acts.clear();
-            {
-                let index = self.index.read();
-                // The previous transport message's receiver index and what it was given: a
-                // bulk batch is one keypair's run, and under the read lock at one `now` the
-                // lookup would give the same answer.
-                let mut last: Option<(u32, Act)> = None;
-                for (i, &size) in sizes[..n].iter().enumerate() {
-                    let msg = match layout.packet(&slab, i, 0, size) {
-                        Some(m) if size >= TRANSPORT_MIN_SIZE => m,
-                        _ => {
-                            acts.push(Act::Skip);
-                            continue;
-                        }
-                    };
-                    let ty = u32::from_le_bytes([msg[0], msg[1], msg[2], msg[3]]);
-                    let act = match ty {
-                        MESSAGE_TRANSPORT => {
-                            let receiver = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
-                            if let Some((r, act @ Act::Transport { .. })) = last {
-                                if r == receiver {
-                                    acts.push(act);
-                                    continue;
-                                }
-                            }
-                            let act = match index.get(&receiver) {
-                                Some(crate::index::IndexEntry::Keypair(kp))
-                                    if kp.can_receive(now) =>
-                                {
-                                    match kp.peer.upgrade() {
-                                        Some(peer) => {
-                                            let g = match groups
-                                                .iter()
-                                                .position(|g| Arc::ptr_eq(&g.peer, &peer))
-                                            {
-                                                Some(g) => g,
-                                                None => {
-                                                    groups.push(Group::new(
-                                                        peer,
-                                                        Vec::with_capacity(2),
-                                                        &self.pool,
-                                                        self.batch_size.min(batch),
-                                                    ));
-                                                    groups.len() - 1
-                                                }
-                                            };
-                                            let kps = &mut groups[g].keypairs;
-                                            let k =
-                                                match kps.iter().position(|k| Arc::ptr_eq(k, kp)) {
-                                                    Some(k) => k,
-                                                    None => {
-                                                        kps.push(kp.clone());
-                                                        kps.len() - 1
-                                                    }
-                                                };
-                                            Act::Transport {
-                                                group: g,
-                                                kp: u8::try_from(k).unwrap_or(u8::MAX),
-                                            }
-                                        }
-                                        None => Act::Skip,
-                                    }
-                                }
-                                Some(crate::index::IndexEntry::Keypair(_)) => {
-                                    self.stats
-                                        .drop_expired_keypair
-                                        .fetch_add(1, Ordering::Relaxed);
-                                    Act::Skip
-                                }
-                                _ => {
-                                    self.stats
-                                        .drop_unknown_index
-                                        .fetch_add(1, Ordering::Relaxed);
-                                    Act::Skip
-                                }
-                            };
-                            last = Some((receiver, act));
-                            act
-                        }
-                        MESSAGE_INITIATION | MESSAGE_RESPONSE | MESSAGE_COOKIE_REPLY => {
-                            let exact = match ty {
-                                MESSAGE_INITIATION => INITIATION_SIZE,
-                                MESSAGE_RESPONSE => RESPONSE_SIZE,
-                                _ => COOKIE_REPLY_SIZE,
-                            };
-                            if size == exact {
-                                Act::Handshake
-                            } else {
-                                self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
-                                Act::Skip
-                            }
-                        }
-                        _ => {
-                            self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
-                            Act::Skip
-                        }
-                    };
-                    acts.push(act);
-                }
-            }
-            // Handshakes are copied out: they are rare, and the slab must not wait for them.
-            for (i, act) in acts.iter().enumerate() {
-                if matches!(act, Act::Handshake) {
-                    let msg = layout.packet(&slab, i, 0, sizes[i]).unwrap_or_default();
-                    let job = HandshakeJob {
-                        buf: msg.to_vec().into_boxed_slice(),
-                        ep: eps[i],
-                    };
-                    if self.handshake_tx.try_send(Some(job)).is_err() {
-                        self.stats
-                            .drop_handshake_queue_full
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            if !acts.iter().any(|a| matches!(a, Act::Transport { .. })) {
-                self.pool.put(slab);
-                continue;
-            }
-            let mut carver = Carver::new(&self.pool, slab, layout);
-            for (i, act) in acts.iter().enumerate() {
-                let Act::Transport { group, kp } = *act else {
-                    continue;
-                };
-                let buf = carver.slot(i);
-                let counter = u64::from_le_bytes([
-                    buf[8], buf[9], buf[10], buf[11], buf[12], buf[13], buf[14], buf[15],
-                ]);
-                let mut e = Elem::new(buf, sizes[i]);
-                e.counter = counter;
-                e.ep = eps[i];
-                e.kp = kp;
-                let g = &mut groups[group];
-                g.elems.v.push(e);
-                // A started reader may return more than the device batch: hand over full
-                // containers as they fill, so order is kept and no container exceeds the
-                // batch the TUN writes at once.
-                if g.elems.len() >= self.batch_size {
-                    let full = std::mem::replace(
-                        g,
-                        Group::new(
-                            g.peer.clone(),
-                            g.keypairs.clone(),
-                            &self.pool,
-                            self.batch_size,
-                        ),
-                    );
-                    self.submit_group(full);
-                }
-            }
-            drop(carver);
-            for g in groups.drain(..) {
-                self.submit_group(g);
+            st.reader.release();
+        }
+        self.idle_slabs.fetch_sub(idle.held, Ordering::AcqRel);
+    }
+
+    /// Waits until the socket has data (see [`IdleWait`]). False once the bind is closed.
+    fn wait_for_datagrams(
+        &self,
+        recv: &mut ReceiveFunc,
+        idle: &mut IdleWait,
+        batch: usize,
+    ) -> bool {
+        if !idle.waits {
+            return true;
+        }
+        match recv(&mut [], &mut [], &mut []) {
+            Ok(_) => true,
+            Err(e) if is_err_closed(&e) => false,
+            Err(e) => {
+                tracing::debug!(device = %self.name, "receive function cannot wait for data, reading with a slab in hand: {e}");
+                idle.waits = false;
+                idle.held = Layout::for_batch(batch, self.mtu()).len();
+                self.idle_slabs.fetch_add(idle.held, Ordering::AcqRel);
+                true
             }
         }
-        self.idle_slabs.fetch_sub(held_idle, Ordering::AcqRel);
+    }
+
+    /// A failed read: the end when the bind closed or after ten failures in a row, else a
+    /// pause and another try.
+    fn receive_failed(&self, e: io::Error, errors: &mut u32) -> Failed {
+        if is_err_closed(&e) {
+            return Failed::Stop;
+        }
+        *errors += 1;
+        if *errors > 10 || self.is_closed() {
+            tracing::error!(device = %self.name, "receive routine giving up: {e}");
+            return Failed::Stop;
+        }
+        tracing::debug!(device = %self.name, "failed to receive packet: {e}");
+        std::thread::sleep(Duration::from_millis(333));
+        Failed::Retry
+    }
+
+    /// The stages after the read, for the `n` entries one read returned.
+    fn receive_batch(&self, st: &mut Inbound, n: usize) {
+        let sizes = &st.reader.sizes()[..n];
+        // Entries of size 0 are holes a reader left (see `vpn_conn::ReceiveFunc`).
+        let datagrams = sizes.iter().filter(|&&s| s != 0).count();
+        self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .datagrams_received
+            .fetch_add(datagrams as u64, Ordering::Relaxed);
+        let now = self.now();
+        self.bulk.observe(&mut st.bulk, datagrams, || now);
+        if n == 1 && self.receive_one(st, now) {
+            return;
+        }
+        self.classify_batch(st, n, now);
+        self.hand_over_handshakes(st);
+        self.hand_over_transport(st);
+    }
+
+    /// A lone datagram through [`receive_lone`](Self::receive_lone), when it can take that path.
+    fn receive_one(&self, st: &mut Inbound, now: Instant) -> bool {
+        let Some((slab, size)) = st.reader.lone() else {
+            return false;
+        };
+        let ep = st.eps[0];
+        self.receive_lone(slab, size, ep, now, (&mut st.last_index, &mut st.last_src))
+    }
+
+    /// The classify and group stages: sorts each datagram (`Received`) and puts each transport
+    /// message in its peer's group, under one read lock of the index for the batch. Handshake
+    /// messages are marked for the handshake queue, the rest dropped and counted.
+    fn classify_batch(&self, st: &mut Inbound, n: usize, now: Instant) {
+        st.acts.clear();
+        let index = self.index.read();
+        // The previous transport message's receiver index and where it went: a bulk batch is
+        // one keypair's run, and under the read lock at one `now` the lookup would give the same
+        // answer.
+        let mut last: Option<(u32, usize, u8)> = None;
+        for i in 0..n {
+            let act = match st
+                .reader
+                .packet(i, 0)
+                .filter(|m| !m.is_empty())
+                .map(Received::parse)
+            {
+                None => Act::Skip, // a hole, or larger than its slot
+                Some(Ok(Received::Transport(h))) => {
+                    let to = match last {
+                        Some((r, g, k)) if r == h.receiver_index => Some((g, k)),
+                        _ => self.group_of(&index, h.receiver_index, now, &mut st.groups),
+                    };
+                    match to {
+                        Some((group, kp)) => {
+                            last = Some((h.receiver_index, group, kp));
+                            Act::Transport {
+                                group,
+                                kp,
+                                counter: h.counter,
+                            }
+                        }
+                        None => Act::Skip,
+                    }
+                }
+                Some(Ok(Received::Handshake(_))) => Act::Handshake,
+                Some(Err(_)) => {
+                    self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
+                    Act::Skip
+                }
+            };
+            st.acts.push(act);
+        }
+    }
+
+    /// The group stage for one transport message: the keypair `receiver` names, if it may
+    /// receive now, as (its peer's group, its number in that group). Unknown and expired
+    /// indices are counted and dropped.
+    #[inline]
+    fn group_of(
+        &self,
+        index: &HashMap<u32, IndexEntry>,
+        receiver: u32,
+        now: Instant,
+        groups: &mut Groups,
+    ) -> Option<(usize, u8)> {
+        match index.get(&receiver) {
+            Some(IndexEntry::Keypair(kp)) if kp.can_receive(now) => {
+                let peer = kp.peer.upgrade()?;
+                let g = groups.of(&peer);
+                Some((g, groups.v[g].keypair_slot(kp)))
+            }
+            Some(IndexEntry::Keypair(_)) => {
+                self.stats
+                    .drop_expired_keypair
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            _ => {
+                self.stats
+                    .drop_unknown_index
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Hand-over of handshake messages: copied out (they are rare, and the slab must not wait
+    /// for them) into the bounded handshake queue, never blocking: dropped and counted if full.
+    fn hand_over_handshakes(&self, st: &Inbound) {
+        for (i, act) in st.acts.iter().enumerate() {
+            if !matches!(act, Act::Handshake) {
+                continue;
+            }
+            let msg = st.reader.packet(i, 0).unwrap_or_default();
+            let job = HandshakeJob {
+                buf: msg.to_vec().into_boxed_slice(),
+                ep: st.eps[i],
+            };
+            if self.handshake_tx.try_send(Some(job)).is_err() {
+                self.stats
+                    .drop_handshake_queue_full
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Hand-over of transport messages: carves each out of the slab into its group, in batch
+    /// order, and submits every group. A reader batch larger than the device batch (a started
+    /// reader's) is handed over in full containers as they fill, so order is kept and no
+    /// container exceeds the batch the TUN writes at once.
+    fn hand_over_transport(&self, st: &mut Inbound) {
+        if !st.acts.iter().any(|a| matches!(a, Act::Transport { .. })) {
+            return; // the slab goes back whole
+        }
+        let Some(mut carver) = st.reader.carve() else {
+            return;
+        };
+        for (i, act) in st.acts.iter().enumerate() {
+            let Act::Transport { group, kp, counter } = *act else {
+                continue;
+            };
+            let mut e = Elem::new(carver.slot(i), st.reader.sizes()[i]);
+            e.counter = counter;
+            e.ep = st.eps[i];
+            e.kp = kp;
+            let g = &mut st.groups.v[group];
+            g.elems.v.push(e);
+            if g.elems.len() >= self.batch_size {
+                let full = g.split_off(&self.pool, self.batch_size);
+                self.submit_group(full);
+            }
+        }
+        drop(carver);
+        for g in st.groups.v.drain(..) {
+            self.submit_group(g);
+        }
     }
 
     /// Queues one peer's packets for decryption and in-order delivery.
@@ -391,95 +394,126 @@ impl DeviceInner {
         }
     }
 
-    /// Replay check, key confirmation, roaming, the inner-source check and the TUN write for
-    /// opened packets of `peer` (`elems[i].kp` indexes `keypairs`); the source check through
-    /// `last_src` when a reader thread keeps one.
+    /// The sequential stage for opened packets of `peer` (`elems[i].kp` indexes `keypairs`):
+    /// replay check and key confirmation, the inner-source check, roaming and timers, the TUN
+    /// write; the source check through `last_src` when a reader thread keeps one.
     fn deliver(
         &self,
         peer: &Arc<Peer>,
         keypairs: &[Arc<DevKeypair>],
         elems: &mut [Elem],
-        mut last_src: Option<&mut LastRoute>,
+        last_src: Option<&mut LastRoute>,
     ) {
-        let mut rx_bytes = 0u64;
-        let mut last_valid = None;
+        // Indices of the packets to write, narrowed stage by stage.
         let mut write: SmallVec<[usize; 8]> = SmallVec::with_capacity(elems.len());
-        {
-            let mut filters: SmallVec<[_; 2]> = keypairs.iter().map(|k| k.replay.lock()).collect();
-            // Key confirmation needs the first packet under each keypair only: one bit per
-            // keypair of the container instead of a lock of the peer's keypairs per packet.
-            let mut seen = 0u64;
-            for (i, e) in elems.iter_mut().enumerate() {
-                if !e.ok {
-                    self.stats.drop_decrypt.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let k = usize::from(e.kp);
-                let Some(filter) = filters.get_mut(k) else {
-                    continue;
-                };
-                if !filter.check(e.counter) {
-                    self.stats.drop_replay.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                if k >= 64 || seen & (1 << k) == 0 {
-                    seen |= 1u64.checked_shl(k as u32).unwrap_or(0);
-                    if let Some(kp) = keypairs.get(k) {
-                        self.received_with_keypair(peer, kp);
-                    }
-                }
-                rx_bytes += e.len as u64 + TRANSPORT_MIN_SIZE as u64;
-                last_valid = Some(i);
-                if e.len != 0 {
-                    write.push(i); // candidates; keepalives are counted, never written
-                }
-            }
-        }
-        // Crypto-key routing, reverse direction: the inner source must route back to this peer.
-        // One read lock for the batch.
-        let mut datagrams = 0;
-        {
-            let table = self.allowed_ips.read();
-            let mut memo = BatchMemo::new();
-            let mut routes_back = |src| {
-                memo.get(src, || match last_src.as_deref_mut() {
-                    Some(c) => c
-                        .lookup(&table, src)
-                        .is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
-                    None => table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
-                })
-            };
-            write.retain(|i| {
-                let e = &mut elems[*i];
-                let p = &e.buf[HEADROOM..HEADROOM + e.len];
-                match inner_packet_len(p) {
-                    Some((len, src)) if routes_back(src) => {
-                        e.len = len;
-                        datagrams += usize::from(is_udp(p));
-                        true
-                    }
-                    Some(_) => {
-                        self.stats
-                            .drop_source_not_allowed
-                            .fetch_add(1, Ordering::Relaxed);
-                        false
-                    }
-                    None => {
-                        self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
-                        false
-                    }
-                }
-            });
-        }
-        let data = !write.is_empty();
+        let (last_valid, rx_bytes) = self.check_replay(peer, keypairs, elems, &mut write);
+        let datagrams = self.check_sources(peer, elems, &mut write, last_src);
         peer.rx_bytes.fetch_add(rx_bytes, Ordering::Relaxed);
         let Some(last) = last_valid else { return };
-        let ep = elems[last].ep;
-        peer.set_endpoint_from_packet(&ep);
-        peer.batch_received(self, data);
-        if write.is_empty() {
-            return;
+        self.note_authenticated(peer, &elems[last].ep, !write.is_empty());
+        if !write.is_empty() {
+            self.write_to_tun(elems, &write, datagrams);
         }
+    }
+
+    /// Replay window and key confirmation: keeps in `write` the authentic, fresh packets that
+    /// carry data (keepalives are counted, never written). Returns the last authentic packet
+    /// and the bytes received.
+    fn check_replay(
+        &self,
+        peer: &Arc<Peer>,
+        keypairs: &[Arc<DevKeypair>],
+        elems: &[Elem],
+        write: &mut SmallVec<[usize; 8]>,
+    ) -> (Option<usize>, u64) {
+        let mut rx_bytes = 0u64;
+        let mut last_valid = None;
+        let mut filters: SmallVec<[_; 2]> = keypairs.iter().map(|k| k.replay.lock()).collect();
+        // Key confirmation needs the first packet under each keypair only: one bit per keypair
+        // of the container instead of a lock of the peer's keypairs per packet.
+        let mut seen = 0u64;
+        for (i, e) in elems.iter().enumerate() {
+            if !e.ok {
+                self.stats.drop_decrypt.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let k = usize::from(e.kp);
+            let Some(filter) = filters.get_mut(k) else {
+                continue;
+            };
+            if !filter.check(e.counter) {
+                self.stats.drop_replay.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if k >= 64 || seen & (1 << k) == 0 {
+                seen |= 1u64.checked_shl(k as u32).unwrap_or(0);
+                if let Some(kp) = keypairs.get(k) {
+                    self.received_with_keypair(peer, kp);
+                }
+            }
+            rx_bytes += e.len as u64 + TRANSPORT_MIN_SIZE as u64;
+            last_valid = Some(i);
+            if e.len != 0 {
+                write.push(i);
+            }
+        }
+        (last_valid, rx_bytes)
+    }
+
+    /// Crypto-key routing, reverse direction: keeps in `write` the packets whose inner source
+    /// routes back to `peer` (one read lock of the table for the batch), trimmed to their IP
+    /// length. Returns how many of them are UDP.
+    fn check_sources(
+        &self,
+        peer: &Arc<Peer>,
+        elems: &mut [Elem],
+        write: &mut SmallVec<[usize; 8]>,
+        mut last_src: Option<&mut LastRoute>,
+    ) -> usize {
+        let mut datagrams = 0;
+        let table = self.allowed_ips.read();
+        let mut memo = BatchMemo::new();
+        let mut routes_back = |src| {
+            memo.get(src, || match last_src.as_deref_mut() {
+                Some(c) => c
+                    .lookup(&table, src)
+                    .is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
+                None => table.lookup(src).is_some_and(|p| Arc::ptr_eq(&p.0, peer)),
+            })
+        };
+        write.retain(|i| {
+            let e = &mut elems[*i];
+            let p = &e.buf[HEADROOM..HEADROOM + e.len];
+            match inner_packet_len(p) {
+                Some((len, src)) if routes_back(src) => {
+                    e.len = len;
+                    datagrams += usize::from(is_udp(p));
+                    true
+                }
+                Some(_) => {
+                    self.stats
+                        .drop_source_not_allowed
+                        .fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+                None => {
+                    self.stats.drop_malformed.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+            }
+        });
+        datagrams
+    }
+
+    /// Roaming and the session's receive event, once per batch with an authentic packet: the
+    /// endpoint is the last authentic packet's source.
+    fn note_authenticated(&self, peer: &Arc<Peer>, ep: &Endpoint, data: bool) {
+        peer.set_endpoint_from_packet(ep);
+        peer.batch_received(self, data);
+    }
+
+    /// Writes the packets `write` names to the TUN in one call, then the datagram-burst yield.
+    fn write_to_tun(&self, elems: &mut [Elem], write: &[usize], datagrams: usize) {
         let mut sizes: SmallVec<[usize; 8]> = SmallVec::with_capacity(write.len());
         let mut slices: SmallVec<[&mut [u8]; 8]> = SmallVec::with_capacity(write.len());
         let mut wi = write.iter().peekable();
@@ -514,83 +548,5 @@ impl DeviceInner {
             peer.timers_handshake_complete(self);
             peer.send_staged();
         }
-    }
-}
-
-/// Validates the inner IP header and returns the packet's declared length and source address.
-fn inner_packet_len(p: &[u8]) -> Option<(usize, std::net::IpAddr)> {
-    match p.first()? >> 4 {
-        4 if p.len() >= 20 => {
-            let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
-            if len < 20 || len > p.len() {
-                return None;
-            }
-            Some((len, std::net::IpAddr::from([p[12], p[13], p[14], p[15]])))
-        }
-        6 if p.len() >= 40 => {
-            let len = usize::from(u16::from_be_bytes([p[4], p[5]])) + 40;
-            if len > p.len() {
-                return None;
-            }
-            let mut src = [0u8; 16];
-            src.copy_from_slice(&p[8..24]);
-            Some((len, std::net::IpAddr::from(src)))
-        }
-        _ => None,
-    }
-}
-
-/// Whether a packet `inner_packet_len` accepted carries UDP (IPv6: as its first next header;
-/// extension headers are rare enough on this path not to look past them).
-fn is_udp(p: &[u8]) -> bool {
-    const UDP: u8 = 17;
-    match p.first().map(|b| b >> 4) {
-        Some(4) => p.get(9) == Some(&UDP),
-        Some(6) => p.get(6) == Some(&UDP),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{inner_packet_len, is_udp};
-
-    #[test]
-    fn inner_header_checks() {
-        let mut v4 = vec![0u8; 40];
-        v4[0] = 0x45;
-        v4[2..4].copy_from_slice(&28u16.to_be_bytes());
-        v4[12..16].copy_from_slice(&[100, 64, 0, 1]);
-        assert_eq!(inner_packet_len(&v4).unwrap().0, 28);
-        v4[2..4].copy_from_slice(&41u16.to_be_bytes());
-        assert!(inner_packet_len(&v4).is_none());
-        v4[2..4].copy_from_slice(&19u16.to_be_bytes());
-        assert!(inner_packet_len(&v4).is_none());
-        let mut v6 = vec![0u8; 48];
-        v6[0] = 0x60;
-        v6[4..6].copy_from_slice(&8u16.to_be_bytes());
-        assert_eq!(inner_packet_len(&v6).unwrap().0, 48);
-        v6[4..6].copy_from_slice(&9u16.to_be_bytes());
-        assert!(inner_packet_len(&v6).is_none());
-        assert!(inner_packet_len(&[0x50; 60]).is_none());
-        assert!(inner_packet_len(&[]).is_none());
-    }
-
-    #[test]
-    fn udp_is_told_from_other_protocols() {
-        let mut v4 = vec![0u8; 28];
-        v4[0] = 0x45;
-        v4[9] = 17;
-        assert!(is_udp(&v4));
-        v4[9] = 6;
-        assert!(!is_udp(&v4));
-        let mut v6 = vec![0u8; 48];
-        v6[0] = 0x60;
-        v6[6] = 17;
-        assert!(is_udp(&v6));
-        v6[6] = 58;
-        assert!(!is_udp(&v6));
-        assert!(!is_udp(&[]));
-        assert!(!is_udp(&[0x45; 5]));
     }
 }

@@ -1,4 +1,5 @@
-//! Allowed-IPs lookups on the packet path.
+//! The inner IP header reads of the packet path (destination, source and length, UDP) and the
+//! allowed-IPs lookups made with them.
 
 use crate::allowedips::AllowedIps;
 use crate::peer::PeerRef;
@@ -46,6 +47,40 @@ pub(crate) fn udp_source_port_and_destination(pkt: &[u8]) -> Option<(u16, Socket
     let sport = u16::from_be_bytes([udp[0], udp[1]]);
     let dport = u16::from_be_bytes([udp[2], udp[3]]);
     Some((sport, SocketAddr::new(dst, dport)))
+}
+
+/// Validates the inner IP header and returns the packet's declared length and source address.
+pub(crate) fn inner_packet_len(p: &[u8]) -> Option<(usize, std::net::IpAddr)> {
+    match p.first()? >> 4 {
+        4 if p.len() >= 20 => {
+            let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
+            if len < 20 || len > p.len() {
+                return None;
+            }
+            Some((len, std::net::IpAddr::from([p[12], p[13], p[14], p[15]])))
+        }
+        6 if p.len() >= 40 => {
+            let len = usize::from(u16::from_be_bytes([p[4], p[5]])) + 40;
+            if len > p.len() {
+                return None;
+            }
+            let mut src = [0u8; 16];
+            src.copy_from_slice(&p[8..24]);
+            Some((len, std::net::IpAddr::from(src)))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a packet `inner_packet_len` accepted carries UDP (IPv6: as its first next header;
+/// extension headers are rare enough on this path not to look past them).
+pub(crate) fn is_udp(p: &[u8]) -> bool {
+    const UDP: u8 = 17;
+    match p.first().map(|b| b >> 4) {
+        Some(4) => p.get(9) == Some(&UDP),
+        Some(6) => p.get(6) == Some(&UDP),
+        _ => false,
+    }
 }
 
 /// The previous packet's answer within one batch, under one read lock of the table: a batch is
@@ -150,5 +185,44 @@ mod tests {
         assert_eq!(got, Some((51820, "[fd00:18::2]:7".parse().unwrap())));
         p[6] = 0; // a hop-by-hop header first: not looked into
         assert_eq!(udp_source_port_and_destination(&p), None);
+    }
+
+    #[test]
+    fn inner_header_checks() {
+        let mut v4 = vec![0u8; 40];
+        v4[0] = 0x45;
+        v4[2..4].copy_from_slice(&28u16.to_be_bytes());
+        v4[12..16].copy_from_slice(&[100, 64, 0, 1]);
+        assert_eq!(inner_packet_len(&v4).unwrap().0, 28);
+        v4[2..4].copy_from_slice(&41u16.to_be_bytes());
+        assert!(inner_packet_len(&v4).is_none());
+        v4[2..4].copy_from_slice(&19u16.to_be_bytes());
+        assert!(inner_packet_len(&v4).is_none());
+        let mut v6 = vec![0u8; 48];
+        v6[0] = 0x60;
+        v6[4..6].copy_from_slice(&8u16.to_be_bytes());
+        assert_eq!(inner_packet_len(&v6).unwrap().0, 48);
+        v6[4..6].copy_from_slice(&9u16.to_be_bytes());
+        assert!(inner_packet_len(&v6).is_none());
+        assert!(inner_packet_len(&[0x50; 60]).is_none());
+        assert!(inner_packet_len(&[]).is_none());
+    }
+
+    #[test]
+    fn udp_is_told_from_other_protocols() {
+        let mut v4 = vec![0u8; 28];
+        v4[0] = 0x45;
+        v4[9] = 17;
+        assert!(is_udp(&v4));
+        v4[9] = 6;
+        assert!(!is_udp(&v4));
+        let mut v6 = vec![0u8; 48];
+        v6[0] = 0x60;
+        v6[6] = 17;
+        assert!(is_udp(&v6));
+        v6[6] = 58;
+        assert!(!is_udp(&v6));
+        assert!(!is_udp(&[]));
+        assert!(!is_udp(&[0x45; 5]));
     }
 }

@@ -1,162 +1,188 @@
-//! The outbound path: TUN reader → route → stage → seal (workers) → send in order (§2.4).
+//! The outbound path, in stages: read (the shared [`BatchReader`]) → route each packet by
+//! destination and group it per peer → drop our own datagrams come back through the TUN →
+//! hand over: carve the packets out of the slab, stage them per peer and kick its sending →
+//! seal (workers) → send in order. See `docs/pipeline.md`, "Stages".
 
-use crate::batch::{recycle_slices, Container, Elem, Elems};
+use crate::batch::{Container, Elem, Groups};
 use crate::keypair::DevKeypair;
-use crate::peer::PeerRef;
-use crate::pool::{slot_size, Carver, PacketBuf, HEADROOM};
+use crate::pool::{slot_size, PacketBuf, HEADROOM};
+use crate::reader::BatchReader;
 use crate::route::{destination, udp_source_port_and_destination, BatchMemo, LastRoute};
 use crate::DeviceInner;
 use bytes::BytesMut;
 use smallvec::SmallVec;
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vpn_proto::transport::padded_len;
 
+/// What the TUN reader keeps from batch to batch.
+struct Outbound {
+    reader: BatchReader,
+    groups: Groups,
+    /// Per packet of the batch: the group it goes to.
+    route: Vec<Option<usize>>,
+    last_route: LastRoute,
+    bulk: crate::sched::ThreadBulk,
+}
+
 impl DeviceInner {
-    /// The one TUN reader: reads a batch into a slab, groups packets per peer by destination,
-    /// carves them out of the slab, stages them and kicks each peer's sending. It keeps its slab
-    /// across reads until packets are carved out of it (a slab returns to the pool with the last
-    /// of its packets), then takes the next one before reading again.
+    /// The one TUN reader: reads a batch into a slab and runs it through the stages. It keeps
+    /// its slab across reads until packets are carved out of it (a slab returns to the pool
+    /// with the last of its packets), then takes the next one before reading again.
     pub(crate) fn tun_reader(self: &Arc<Self>) {
         let batch = self.batch_size;
-        let mut layout = self.tun_layout();
-        let mut slab: Option<BytesMut> = None;
-        // The per-call view of the slab, its allocation reused (see `recycle_slices`).
-        let mut spare: Vec<&mut [u8]> = Vec::with_capacity(batch);
-        let mut sizes = vec![0usize; batch];
-        // Per-batch grouping: (peer, its packets). A handful of peers per batch: a linear scan
-        // beats hashing.
-        let mut groups: Vec<(PeerRef, Elems)> = Vec::new();
-        // Per packet of the batch: the group it goes to.
-        let mut route: Vec<Option<usize>> = Vec::with_capacity(batch);
-        let mut last_route = LastRoute::default();
-        let mut bulk = crate::sched::ThreadBulk::default();
+        let mut st = Outbound {
+            reader: BatchReader::new(&self.pool, batch),
+            groups: Groups::new(&self.pool, batch),
+            route: Vec::with_capacity(batch),
+            last_route: LastRoute::default(),
+            bulk: crate::sched::ThreadBulk::default(),
+        };
         loop {
-            // A slab kept from the last read (nothing was carved out of it) is laid out for the
-            // MTU of its time: after an MTU change it goes back for one with slots that fit.
-            let want = self.tun_layout();
-            if want != layout {
-                if let Some(old) = slab.take() {
-                    self.pool.put(old);
-                }
-            }
-            let mem = match &mut slab {
-                Some(s) => s,
-                None => {
-                    layout = want;
-                    slab.insert(self.pool.take(layout.len()))
-                }
-            };
-            let mut slices = recycle_slices(std::mem::take(&mut spare));
-            layout.slices(mem, &mut slices);
-            let res = self.tun.read(&mut slices, &mut sizes, HEADROOM);
-            spare = recycle_slices(slices);
-            let n = match res {
-                Ok(n) => n.min(batch),
-                // A packet lost, not the TUN: keep reading (after an MTU rise with slots laid
-                // out for the new MTU).
-                Err(e) if vpn_tun::is_too_many_segments(&e) => {
-                    tracing::debug!(device = %self.name, "{e}");
-                    continue;
-                }
-                Err(e) if vpn_tun::is_packet_too_big(&e) => {
-                    tracing::debug!(device = %self.name, "{e}: reading the MTU again");
-                    self.refresh_mtu();
-                    continue;
-                }
-                Err(e) => {
-                    if !self.is_closed() {
-                        tracing::error!(device = %self.name, "failed to read packet from TUN: {e}");
-                        let d = self.clone();
-                        // Close from another thread: close joins this one.
-                        crate::device::spawn("closer", move || d.close());
-                    }
-                    break;
-                }
-            };
-            self.stats.tun_reads.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .tun_packets_read
-                .fetch_add(n as u64, Ordering::Relaxed);
-            self.bulk.observe(&mut bulk, n, || self.now());
-            // Route under the table's read lock, then carve the packets out with no lock held.
-            if n == 1 {
-                let peer = layout
-                    .packet(mem, 0, HEADROOM, sizes[0])
-                    .and_then(|pkt| last_route.lookup_dst(&self.allowed_ips.read(), pkt));
-                if let Some(peer) = peer {
-                    let own = layout
-                        .packet(mem, 0, HEADROOM, sizes[0])
-                        .is_some_and(|pkt| self.is_own_datagram(pkt, &peer.0, &mut None));
-                    if own {
-                        self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
-                        continue; // the slab is read into again
-                    }
-                    if self.send_lone(&peer.0, mem, sizes[0]) {
-                        continue;
-                    }
-                }
-            }
-            route.clear();
+            // A slab kept from the last read is laid out for the MTU of its time: after an MTU
+            // change it goes back for one with slots that fit (`BatchReader::read`).
+            let layout = self.tun_layout();
+            match st
+                .reader
+                .read(layout, |bufs, sizes| self.tun.read(bufs, sizes, HEADROOM))
             {
-                let table = self.allowed_ips.read();
-                let mut memo = BatchMemo::new();
-                for (i, &size) in sizes[..n].iter().enumerate() {
-                    let g = layout
-                        .packet(mem, i, HEADROOM, size)
-                        .and_then(destination)
-                        .and_then(|dst| {
-                            memo.get(dst, || {
-                                let peer = table.lookup(dst)?;
-                                let g = groups.iter().position(|(p, _)| p == peer);
-                                Some(g.unwrap_or_else(|| {
-                                    groups.push((peer.clone(), Elems::new(&self.pool, batch)));
-                                    groups.len() - 1
-                                }))
-                            })
-                        });
-                    if g.is_none() {
-                        self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
-                    }
-                    route.push(g);
-                }
-            }
-            // Outside the table's lock: the check may take the bind's and a peer's.
-            let mut port = None;
-            for (i, r) in route.iter_mut().enumerate() {
-                let Some(g) = *r else { continue };
-                let own = layout
-                    .packet(mem, i, HEADROOM, sizes[i])
-                    .is_some_and(|pkt| self.is_own_datagram(pkt, &groups[g].0 .0, &mut port));
-                if own {
-                    self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
-                    *r = None;
-                }
-            }
-            if route.iter().all(Option::is_none) {
-                groups.clear();
-                continue; // nothing carved: the slab is read into again
-            }
-            if let Some(mem) = slab.take() {
-                let mut carver = Carver::new(&self.pool, mem, layout);
-                for (i, r) in route.iter().enumerate() {
-                    if let Some(g) = *r {
-                        groups[g].1.v.push(Elem::new(carver.slot(i), sizes[i]));
+                Ok(n) => self.send_batch(&mut st, n),
+                Err(e) => {
+                    if !self.tun_read_failed(e) {
+                        break;
                     }
                 }
-            }
-            let max_staged = self.max_staged_packets();
-            for (peer, elems) in groups.drain(..) {
-                let peer = peer.0;
-                if !peer.is_running() {
-                    continue; // elems dropped: their slots go back to the slab
-                }
-                peer.stage(elems, max_staged);
-                peer.send_staged();
             }
         }
-        if let Some(mem) = slab {
-            self.pool.put(mem);
+    }
+
+    /// A failed TUN read: true to keep reading (a packet lost, not the TUN), false when the TUN
+    /// is gone, in which case the device closes.
+    fn tun_read_failed(self: &Arc<Self>, e: io::Error) -> bool {
+        if vpn_tun::is_too_many_segments(&e) {
+            tracing::debug!(device = %self.name, "{e}");
+            return true;
+        }
+        if vpn_tun::is_packet_too_big(&e) {
+            // Read again with slots laid out for the new MTU.
+            tracing::debug!(device = %self.name, "{e}: reading the MTU again");
+            self.refresh_mtu();
+            return true;
+        }
+        if !self.is_closed() {
+            tracing::error!(device = %self.name, "failed to read packet from TUN: {e}");
+            let d = self.clone();
+            // Close from another thread: close joins this one.
+            crate::device::spawn("closer", move || d.close());
+        }
+        false
+    }
+
+    /// The stages after the read, for the `n` packets one read returned.
+    fn send_batch(&self, st: &mut Outbound, n: usize) {
+        self.stats.tun_reads.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .tun_packets_read
+            .fetch_add(n as u64, Ordering::Relaxed);
+        self.bulk.observe(&mut st.bulk, n, || self.now());
+        if n == 1 && self.send_one(st) {
+            return;
+        }
+        self.route_batch(st, n);
+        self.drop_own_datagrams(st);
+        if st.route.iter().all(Option::is_none) {
+            st.groups.v.clear();
+            return; // nothing carved: the slab is read into again
+        }
+        self.hand_over_outbound(st);
+    }
+
+    /// A packet read alone: routed through the reader's last route, dropped if it is one of
+    /// our own datagrams, else sent through [`send_lone`](Self::send_lone) when it can take
+    /// that path. True when it was handled.
+    fn send_one(&self, st: &mut Outbound) -> bool {
+        let peer = st
+            .reader
+            .packet(0, HEADROOM)
+            .and_then(|pkt| st.last_route.lookup_dst(&self.allowed_ips.read(), pkt));
+        let Some(peer) = peer else {
+            return false;
+        };
+        let own = st
+            .reader
+            .packet(0, HEADROOM)
+            .is_some_and(|pkt| self.is_own_datagram(pkt, &peer.0, &mut None));
+        if own {
+            self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
+            return true; // the slab is read into again
+        }
+        let Some((slab, len)) = st.reader.lone() else {
+            return false;
+        };
+        self.send_lone(&peer.0, slab, len)
+    }
+
+    /// The route and group stages: each packet's peer by destination (allowed IPs, one read
+    /// lock for the batch, one lookup per distinct destination), as the index of its group.
+    fn route_batch(&self, st: &mut Outbound, n: usize) {
+        st.route.clear();
+        let table = self.allowed_ips.read();
+        let mut memo = BatchMemo::new();
+        for i in 0..n {
+            let g = st
+                .reader
+                .packet(i, HEADROOM)
+                .and_then(destination)
+                .and_then(|dst| {
+                    memo.get(dst, || {
+                        let peer = table.lookup(dst)?;
+                        Some(st.groups.of(&peer.0))
+                    })
+                });
+            if g.is_none() {
+                self.stats.drop_no_route.fetch_add(1, Ordering::Relaxed);
+            }
+            st.route.push(g);
+        }
+    }
+
+    /// Drops the packets that are our own datagrams come back (see
+    /// [`is_own_datagram`](Self::is_own_datagram)); outside the table's lock, as the check
+    /// may take the bind's and a peer's.
+    fn drop_own_datagrams(&self, st: &mut Outbound) {
+        let mut port = None;
+        for (i, r) in st.route.iter_mut().enumerate() {
+            let Some(g) = *r else { continue };
+            let own = st
+                .reader
+                .packet(i, HEADROOM)
+                .is_some_and(|pkt| self.is_own_datagram(pkt, &st.groups.v[g].peer, &mut port));
+            if own {
+                self.stats.drop_loop.fetch_add(1, Ordering::Relaxed);
+                *r = None;
+            }
+        }
+    }
+
+    /// The hand-over stage: carves the routed packets out of the slab into their groups, in
+    /// batch order, then stages each group on its peer and kicks its sending.
+    fn hand_over_outbound(&self, st: &mut Outbound) {
+        if let Some(mut carver) = st.reader.carve() {
+            for (i, r) in st.route.iter().enumerate() {
+                if let Some(g) = *r {
+                    let e = Elem::new(carver.slot(i), st.reader.sizes()[i]);
+                    st.groups.v[g].elems.v.push(e);
+                }
+            }
+        }
+        let max_staged = self.max_staged_packets();
+        for g in st.groups.v.drain(..) {
+            if !g.peer.is_running() {
+                continue; // elems dropped: their slots go back to the slab
+            }
+            g.peer.stage(g.elems, max_staged);
+            g.peer.send_staged();
         }
     }
 

@@ -160,6 +160,7 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+#[inline]
 fn type_word(buf: &[u8]) -> Result<u32, ParseError> {
     match buf.first_chunk::<4>() {
         Some(w) => Ok(u32::from_le_bytes(*w)),
@@ -168,6 +169,7 @@ fn type_word(buf: &[u8]) -> Result<u32, ParseError> {
 }
 
 /// Classifies a datagram by its type word and checks its length for that type.
+#[inline]
 pub fn classify(buf: &[u8]) -> Result<MessageType, ParseError> {
     let word = type_word(buf)?;
     let kind = MessageType::from_code(word).ok_or(ParseError::UnknownType(word))?;
@@ -419,6 +421,7 @@ impl TransportHeader {
     /// Parses the header of a complete transport message: type word exactly 4 and at least
     /// [`TRANSPORT_MIN_SIZE`] bytes (header plus tag), so a buffer that passes can be handed
     /// straight to the AEAD.
+    #[inline]
     pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
         let word = type_word(buf)?;
         if word != MESSAGE_TRANSPORT {
@@ -447,6 +450,41 @@ impl TransportHeader {
         let (rx, ctr) = rest.split_at_mut(TRANSPORT_OFFSET_COUNTER - TRANSPORT_OFFSET_RECEIVER);
         rx.copy_from_slice(&self.receiver_index.to_le_bytes());
         ctr.copy_from_slice(&self.counter.to_le_bytes());
+    }
+}
+
+/// A received datagram sorted for dispatch in one read: a transport message with its header,
+/// or a handshake or cookie message of its exact size (which the handshake path parses in
+/// full later). The receive path classifies every datagram of a batch with this.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// A transport message: type 4, at least header plus tag.
+    Transport(TransportHeader),
+    /// An initiation, response or cookie reply of exactly its size.
+    Handshake(MessageType),
+}
+
+impl Received {
+    /// Sorts `buf`; an error says why it is none of the four messages.
+    #[inline]
+    pub fn parse(buf: &[u8]) -> Result<Self, ParseError> {
+        match classify(buf)? {
+            MessageType::Transport => TransportHeader::parse(buf).map(Received::Transport),
+            kind => Ok(Received::Handshake(kind)),
+        }
+    }
+}
+
+/// The sender index of a handshake initiation or response (where a cookie reply to it is
+/// addressed).
+pub fn sender_index(buf: &[u8]) -> Result<u32, ParseError> {
+    match classify(buf)? {
+        MessageType::Initiation => Initiation::parse(buf).map(|m| m.sender_index()),
+        MessageType::Response => Response::parse(buf).map(|m| m.sender_index()),
+        kind => Err(ParseError::WrongType {
+            expected: MessageType::Initiation,
+            found: kind.code(),
+        }),
     }
 }
 
@@ -604,6 +642,59 @@ mod tests {
     }
 
     #[test]
+    fn received_sorts_transport_with_its_header_and_handshakes_by_kind() {
+        let h = TransportHeader {
+            receiver_index: 0x0102_0304,
+            counter: 99,
+        };
+        let mut m = vec![0u8; TRANSPORT_MIN_SIZE + 8];
+        h.write(m.first_chunk_mut().unwrap());
+        assert_eq!(Received::parse(&m), Ok(Received::Transport(h)));
+        for (ty, size, kind) in [
+            (1, 148, MessageType::Initiation),
+            (2, 92, MessageType::Response),
+            (3, 64, MessageType::CookieReply),
+        ] {
+            assert_eq!(
+                Received::parse(&msg(ty, size)),
+                Ok(Received::Handshake(kind))
+            );
+            assert!(Received::parse(&msg(ty, size + 1)).is_err());
+        }
+        assert_eq!(
+            Received::parse(&m[..TRANSPORT_MIN_SIZE - 1]),
+            Err(ParseError::TransportTooShort {
+                len: TRANSPORT_MIN_SIZE - 1
+            })
+        );
+        assert_eq!(
+            Received::parse(&msg(7, 64)),
+            Err(ParseError::UnknownType(7))
+        );
+        assert!(Received::parse(&[]).is_err());
+    }
+
+    #[test]
+    fn sender_index_reads_initiations_and_responses_only() {
+        let i = msg(1, 148);
+        assert_eq!(
+            sender_index(&i),
+            Ok(Initiation::parse(&i).unwrap().sender_index())
+        );
+        let r = msg(2, 92);
+        assert_eq!(
+            sender_index(&r),
+            Ok(Response::parse(&r).unwrap().sender_index())
+        );
+        assert!(matches!(
+            sender_index(&msg(3, 64)),
+            Err(ParseError::WrongType { found: 3, .. })
+        ));
+        assert!(sender_index(&msg(4, 64)).is_err());
+        assert!(sender_index(&msg(1, 147)).is_err());
+    }
+
+    #[test]
     fn random_and_truncated_buffers_never_panic() {
         let mut rng = StdRng::seed_from_u64(0x5eed);
         let mut buf = [0u8; 200];
@@ -621,6 +712,14 @@ mod tests {
             let r = Response::parse(b);
             let c = CookieReply::parse(b);
             let t = TransportHeader::parse(b);
+            let sorted = Received::parse(b);
+            assert_eq!(sorted.is_ok(), kind.is_ok());
+            assert_eq!(sorted.ok(), t.ok().map(Received::Transport).or(sorted.ok()));
+            assert_eq!(
+                sender_index(b).is_ok(),
+                i.is_ok() || r.is_ok(),
+                "sender index only of initiations and responses"
+            );
             // The typed parsers agree with classify.
             assert_eq!(i.is_ok(), kind == Ok(MessageType::Initiation));
             assert_eq!(r.is_ok(), kind == Ok(MessageType::Response));
