@@ -38,6 +38,6 @@ mod sockaddr;
 #[cfg(target_os = "linux")]
 pub mod sockopt;
 #[cfg(target_os = "linux")]
-pub mod tun;
-#[cfg(target_os = "linux")]
 pub mod time_jumps;
+#[cfg(target_os = "linux")]
+pub mod tun;
