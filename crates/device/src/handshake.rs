@@ -1,4 +1,5 @@
-//! Handshake workers and the messages we send: initiation, response, cookie reply (§2.7, §2.8).
+//! Handshake workers and the messages we send: initiation, response, cookie reply
+//! (`docs/protocol.md`, "Handshakes, cookies and load").
 
 use crate::device::HandshakeJob;
 use crate::index::IndexEntry;

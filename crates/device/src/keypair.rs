@@ -1,4 +1,4 @@
-//! A peer's transport keypairs: previous, current and next (§2.9 of the reference).
+//! A peer's transport keypairs: previous, current and next (`docs/protocol.md`, "Keypairs").
 
 use crate::Peer;
 use parking_lot::Mutex;

@@ -282,7 +282,7 @@ impl Peer {
     }
 
     /// Sends what is staged if a usable keypair exists; otherwise starts a handshake and leaves
-    /// the packets staged (§2.4 step 4).
+    /// the packets staged (`docs/protocol.md`, "Sending").
     pub(crate) fn send_staged(self: &Arc<Self>) {
         let Some(dev) = self.dev() else { return };
         if !dev.is_up() || !self.is_running() {

@@ -1,6 +1,7 @@
-//! The delivery self-check (reference-behaviour §4.6): connected sockets only work if the
-//! kernel hands a peer's datagrams to the socket connected to it rather than to the wildcard
-//! socket on the same port (Linux prefers the connected one since 5.4, backported to 4.19.75).
+//! The delivery self-check (`docs/bind.md`, "Port sharing and the delivery self-check"):
+//! connected sockets only work if the kernel hands a peer's datagrams to the socket connected
+//! to it rather than to the wildcard socket on the same port (Linux prefers the connected one
+//! since 5.4, backported to 4.19.75).
 //! Checked once per process on loopback; a failure keeps every pair socket closed.
 
 use std::io;

@@ -33,8 +33,9 @@ pub fn reuse_port_control(sock: &Socket) -> io::Result<()> {
     sock.set_reuse_port(true)
 }
 
-/// Options every pair socket gets before `bind`: port sharing, UDP GRO (kernels ≥ 5.12 only,
-/// peers.md), a 1 MiB send buffer and a receive buffer raised (never lowered) to 4 MiB.
+/// Options every pair socket gets before `bind`: port sharing, UDP GRO (kernels ≥ 5.12 only:
+/// older ones cannot report the segment size reliably), a 1 MiB send buffer and a receive
+/// buffer raised (never lowered) to 4 MiB (`docs/bind.md`).
 pub(super) fn prepare(sock: &Socket, offload: bool) -> io::Result<()> {
     reuse_port_control(sock)?;
     let fd = sock.as_fd();

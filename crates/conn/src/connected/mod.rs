@@ -1,6 +1,6 @@
-//! Connected sockets (reference-behaviour §4): next to the bind's wildcard socket, one UDP
-//! socket per busy (local address, remote address) pair, bound to the same port and
-//! `connect`ed to the remote. The route is resolved once instead of per send, and each remote
+//! Connected sockets (`docs/bind.md`, "Connected sockets"): next to the bind's wildcard
+//! socket, one UDP socket per busy (local address, remote address) pair, bound to the same port
+//! and `connect`ed to the remote. The route is resolved once instead of per send, and each remote
 //! gets its own kernel receive queue, read by a device receive routine of its own.
 //!
 //! Once a pair socket exists the kernel delivers that remote's datagrams to it and no longer to
@@ -630,7 +630,7 @@ impl Inner {
         }
     }
 
-    /// What a send error means for the pair (reference-behaviour §4.3 step 8).
+    /// What a send error means for the pair (`docs/bind.md`, "Sending on a pair socket").
     fn classify(&self, pair: &Arc<Pair>, r: io::Result<()>) -> io::Result<()> {
         let Err(e) = r else { return Ok(()) };
         match e.raw_os_error() {

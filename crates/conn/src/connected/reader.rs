@@ -1,4 +1,5 @@
-//! Reading a pair socket straight into the device's buffers (reference-behaviour §4.4).
+//! Reading a pair socket straight into the device's buffers (`docs/bind.md`, "Reading a pair
+//! socket").
 //!
 //! The device hands a reader `batch` buffers of one packet each. Without UDP GRO, `recvmmsg`
 //! writes datagram `i` into buffer `i`, offering the kernel at most the current slot size; when

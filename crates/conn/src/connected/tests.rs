@@ -1,4 +1,5 @@
-//! Connected sockets against real sockets on loopback (reference-behaviour §4.10, Linux).
+//! Connected sockets against real sockets on loopback (Linux): the rules of `docs/bind.md`,
+//! "Connected sockets".
 
 use super::reader::{self, SLOT_TIERS};
 use super::*;

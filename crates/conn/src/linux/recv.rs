@@ -7,7 +7,7 @@
 //! message per run, and only the second and later segments of a super-datagram are copied
 //! ([`super::segments`]); a lone datagram on a quiet tunnel is not copied at all. Otherwise
 //! reads go into a private scratch area of [`GRO_MSGS`] × 64 KiB and the segments are copied
-//! out, in order, one per caller buffer. Upstream copies the same way (out of the last caller
+//! out, in order, one per caller buffer. wireguard-go copies the same way (out of the last caller
 //! slots); the scratch area additionally works with caller buffers of any size, and segments
 //! that do not fit the remaining caller buffers stay queued for the next call instead of being
 //! dropped. Only a datagram (or segment) larger than the caller's buffer is dropped and
@@ -33,7 +33,7 @@ use crate::{err_closed, Endpoint, StickySource, IDEAL_BATCH_SIZE};
 
 /// The largest UDP datagram (and GRO super-datagram) the kernel hands up.
 const MAX_DATAGRAM: usize = 65_535;
-/// Socket reads per call with GRO on through the scratch area: as upstream, one per 64 caller
+/// Socket reads per call with GRO on through the scratch area: as wireguard-go, one per 64 caller
 /// buffers, at least one.
 const GRO_MSGS: usize = 2;
 
