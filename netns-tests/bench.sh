@@ -145,7 +145,7 @@ if [ -n "$BASE_BIN" ] || { [ -z "$BASE" ] && [ -n "$BASE_ENV" ]; }; then
     BASE_VPN="$(realpath "${BASE_BIN:-$VPN}")"; export BASE_VPN
     [ -x "$BASE_VPN" ] || { echo "bench.sh: $BASE_VPN not found" >&2; exit 1; }
     [ -n "$BASE" ] || BASE="${BASE_BIN:+${BASE_VPN#"$ROOT"/}}${BASE_BIN:+${BASE_ENV:+ }}$BASE_ENV"
-    BASE_REV="prebuilt"
+    BASE_REV="${BASE_BIN:+prebuilt}"; BASE_REV="${BASE_REV:-same binary}"
     case " $IMPLS " in *" base "*) ;; *) IMPLS="${IMPLS/vpn/vpn base}" ;; esac
 elif [ -n "$BASE" ]; then
     # The baseline: the ref checked out in a worktree of its own, built into a target
