@@ -131,8 +131,9 @@ IMPLS="${IMPLS:-veth vpn wggo boringtun}"
 HOST_CC="$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown)"
 CC="${CC-cubic}"
 [ "$CC" = "$HOST_CC" ] && CC=""
-# Analysis written by hand after a run (profile, targets): appended to the section.
-BENCH_NOTES="${BENCH_NOTES-$HERE/bench-notes.md}"
+# BENCH_NOTES=file: text appended to the section (none by default; the run log lives in
+# docs/history.md).
+BENCH_NOTES="${BENCH_NOTES:-}"
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 trap lab_cleanup EXIT
