@@ -12,7 +12,7 @@
 use std::io;
 use std::mem::size_of;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 const NLMSG_HDRLEN: usize = 16;
@@ -104,6 +104,16 @@ impl RouteEvents {
             fd: netlink_socket(groups, Some(timeout))?,
             buf: vec![0; 64 * 1024],
         })
+    }
+
+    /// Waits for the next notification or for `wake` to become readable: `Ok(None)` when woken
+    /// (the owner is closing), otherwise what [`wait`](Self::wait) returns. An idle listener
+    /// costs no wake-ups beyond the subscription's timeout, and a close does not wait for it.
+    pub fn wait_or_wake(&mut self, wake: BorrowedFd<'_>) -> io::Result<Option<bool>> {
+        if crate::poll::poll_or_wake(self.fd.as_raw_fd(), libc::POLLIN, wake)? {
+            return Ok(None);
+        }
+        self.wait().map(Some)
     }
 
     /// Waits for the next notification: `Ok(true)` if it announced a route or address being

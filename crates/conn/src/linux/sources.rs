@@ -20,16 +20,20 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+use vpn_sys::poll::EventFd;
 use vpn_sys::route_events::{route_oif, RouteEvents};
 
 use crate::StickySource;
 
-/// How long the listener waits per notification before checking whether its bind is gone.
+/// How long the listener's socket read waits; the listener is woken at once when its check is
+/// dropped, so this only bounds a read that found a notification it could not take.
 const LISTEN_TIMEOUT: Duration = Duration::from_millis(500);
 /// Verdicts kept; the table is emptied when full (each costs one route query to redo).
 const MAX_VERDICTS: usize = 4096;
@@ -44,27 +48,54 @@ pub(crate) struct SourceCheck {
     /// `(peer, source, ifindex)` → (generation checked in, source still right).
     verdicts: RwLock<HashMap<Key, (u64, bool)>>,
     lookup: Box<Lookup>,
+    /// The listener thread and what wakes it, stopped and joined when the check is dropped, so
+    /// a closed bind leaves no thread or descriptor behind.
+    listener: Mutex<Option<Listener>>,
+}
+
+struct Listener {
+    wake: Arc<EventFd>,
+    thread: JoinHandle<()>,
+}
+
+impl Drop for SourceCheck {
+    fn drop(&mut self) {
+        let Some(l) = self.listener.get_mut().take() else {
+            return;
+        };
+        if let Err(e) = l.wake.signal() {
+            tracing::warn!("route listener not woken: {e}");
+            return;
+        }
+        // The listener holds the check only while it records a change; if that is the last
+        // reference, the drop runs on the listener itself, which ends on its own after it.
+        if l.thread.thread().id() != std::thread::current().id() {
+            let _ = l.thread.join();
+        }
+    }
 }
 
 impl SourceCheck {
-    /// A check against the kernel's routes, with its listener thread (which ends within
-    /// [`LISTEN_TIMEOUT`] of the check being dropped). Without a netlink subscription the
-    /// generation never moves and sources are only dropped when the kernel refuses them.
+    /// A check against the kernel's routes, with its listener thread (stopped and joined when
+    /// the check is dropped). Without a netlink subscription the generation never moves and
+    /// sources are only dropped when the kernel refuses them.
     pub(crate) fn start() -> Arc<SourceCheck> {
         let check = Arc::new(SourceCheck::with_lookup(Box::new(route_oif)));
-        match RouteEvents::subscribe(LISTEN_TIMEOUT) {
-            Ok(events) => {
-                let weak = Arc::downgrade(&check);
-                let spawned = std::thread::Builder::new()
-                    .name("route-events".into())
-                    .spawn(move || listen(events, &weak));
-                if let Err(e) = spawned {
-                    tracing::warn!("route listener not started: {e}");
-                }
-            }
+        match Self::spawn_listener(Arc::downgrade(&check)) {
+            Ok(l) => *check.listener.lock() = Some(l),
             Err(e) => tracing::warn!("route listener not started: {e}"),
         }
         check
+    }
+
+    fn spawn_listener(check: Weak<SourceCheck>) -> io::Result<Listener> {
+        let events = RouteEvents::subscribe(LISTEN_TIMEOUT)?;
+        let wake = Arc::new(EventFd::new()?);
+        let woken = wake.clone();
+        let thread = std::thread::Builder::new()
+            .name("route-events".into())
+            .spawn(move || listen(events, &woken, &check))?;
+        Ok(Listener { wake, thread })
     }
 
     fn with_lookup(lookup: Box<Lookup>) -> SourceCheck {
@@ -72,6 +103,7 @@ impl SourceCheck {
             generation: AtomicU64::new(0),
             verdicts: RwLock::new(HashMap::new()),
             lookup,
+            listener: Mutex::new(None),
         }
     }
 
@@ -112,16 +144,20 @@ impl SourceCheck {
     }
 }
 
-/// The listener thread: counts changes until the check is dropped or the socket fails.
-fn listen(mut events: RouteEvents, check: &Weak<SourceCheck>) {
+/// The listener thread: counts changes until woken (the check is being dropped), the check is
+/// gone, or the socket fails.
+fn listen(mut events: RouteEvents, wake: &EventFd, check: &Weak<SourceCheck>) {
     loop {
-        let changed = events.wait();
+        let changed = events.wait_or_wake(wake.as_fd());
+        if matches!(changed, Ok(None)) {
+            return;
+        }
         let Some(check) = check.upgrade() else {
             return;
         };
         match changed {
-            Ok(true) => check.changed(),
-            Ok(false) => {}
+            Ok(Some(true)) => check.changed(),
+            Ok(Some(false)) | Ok(None) => {}
             Err(e) => {
                 tracing::warn!("route listener stopped: {e}");
                 return;
