@@ -7,6 +7,9 @@
 #
 # Addresses: underlay 198.18.0.0/15 and fd00:18::/64, tunnel 100.64.0.0/10 and fd00::/64.
 
+# shellcheck source=nskill.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nskill.sh"
+
 NS_PREFIX="${NS_PREFIX:-vpnt$$-}"
 STATE="$(mktemp -d /tmp/vpn-netns.XXXXXX)"
 : >"$STATE/ns"; : >"$STATE/pids"; : >"$STATE/socks"
@@ -34,18 +37,9 @@ ns_add() {
 
 # Deletes our namespaces whose short names are given (a scenario's teardown).
 ns_del() {
-    local s name pid
-    for s in "$@"; do
-        name="$(ns "$s")"
-        for pid in $(ip netns pids "$name" 2>/dev/null); do kill "$pid" 2>/dev/null; done
-    done
-    sleep 0.2
-    for s in "$@"; do
-        name="$(ns "$s")"
-        for pid in $(ip netns pids "$name" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-        ip netns del "$name" 2>/dev/null
-    done
-    return 0
+    local s names=()
+    for s in "$@"; do names+=("$(ns "$s")"); done
+    NS_KILL_GRACE=0.2 ns_kill_delete "${names[@]}"
 }
 
 track_pid() { echo "$1" >>"$STATE/pids"; }

@@ -10,6 +10,8 @@
 #   PEERS="1 8 64 256" BUDGETS="default 16M" SECS=8
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=nskill.sh
+source netns-tests/nskill.sh
 VPN="$(realpath -m "${1:-target/release/vpn}")"
 GEN="$(realpath -m "${2:-target/release/vpn-peers}")"
 PEERS="${PEERS:-1 8 64 256}"; BUDGETS="${BUDGETS:-default 16M}"; SECS="${SECS:-8}"
@@ -20,14 +22,7 @@ done
 A="slb-a-$$"; B="slb-b-$$"; DIR="$(mktemp -d)"; GENPID=""
 cleanup() {
     [ -n "$GENPID" ] && kill "$GENPID" 2>/dev/null
-    for ns in "$A" "$B"; do
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill "$pid" 2>/dev/null; done
-    done
-    sleep 0.3
-    for ns in "$A" "$B"; do
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-        ip netns del "$ns" 2>/dev/null
-    done
+    ns_kill_delete "$A" "$B"
     rm -f /var/run/wireguard/slbw.sock
     rm -rf "$DIR"
 }

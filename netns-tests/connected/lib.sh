@@ -3,6 +3,9 @@
 # Tunnel addresses: A is 100.64.K.1 towards peer K, peer K is 100.64.K.2.
 # Sourced; expects VPN (the binary) and sets A, B, DIR.
 
+# shellcheck source=../nskill.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../nskill.sh"
+
 need() { command -v "$1" >/dev/null 2>&1; }
 
 require_root_and_tools() {
@@ -31,14 +34,7 @@ DIR="$(mktemp -d)"
 cleanup() {
     local -  # `set +e` only for this function: test.sh calls it between steps
     set +e
-    for ns in "$A" "$B"; do
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill "$pid" 2>/dev/null; done
-    done
-    sleep 0.3
-    for ns in "$A" "$B"; do
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-        ip netns del "$ns" 2>/dev/null
-    done
+    ns_kill_delete "$A" "$B"
     rm -f "/var/run/wireguard/$WA.sock" "/var/run/wireguard/$WB"*.sock
     rm -rf "$DIR"
 }
