@@ -9,6 +9,8 @@
 //! generator seeded by the caller, so a session given the same seed and the same events makes
 //! the same decisions. `docs/session.md` states the rules.
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use std::time::Duration;
 use vpn_proto::consts::{
     KEEPALIVE_TIMEOUT, MAX_TIMER_HANDSHAKES, REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME,
@@ -114,31 +116,20 @@ impl Actions {
     }
 }
 
-/// The handshake timers' jitter: a xorshift64* generator seeded by the caller, so that tests
+/// The handshake timers' jitter: `rand`'s small generator seeded by the caller, so that tests
 /// replay the same jitter from the same seed.
 #[derive(Clone, Debug)]
-pub(crate) struct Jitter(u64);
+pub(crate) struct Jitter(SmallRng);
 
 impl Jitter {
     pub fn new(seed: u64) -> Jitter {
-        // xorshift never leaves zero: map it elsewhere.
-        Jitter(if seed == 0 {
-            0x9e37_79b9_7f4a_7c15
-        } else {
-            seed
-        })
+        Jitter(SmallRng::seed_from_u64(seed))
     }
 
     /// A jitter in `0..REKEY_TIMEOUT_JITTER_MAX`, with millisecond steps.
     pub fn next(&mut self) -> Duration {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
         let max = REKEY_TIMEOUT_JITTER_MAX.as_millis() as u64;
-        Duration::from_millis((r >> 32) % max)
+        Duration::from_millis(self.0.gen_range(0..max))
     }
 }
 
