@@ -85,8 +85,10 @@ impl std::fmt::Display for PacketTooBig {
 impl std::error::Error for PacketTooBig {}
 
 /// The error a read returns when a packet did not fit the buffer it was to go to (the buffers
-/// were laid out for a smaller MTU than the interface had when the packet came): the packet
-/// was dropped, keep reading, with buffers sized for the current [`Device::mtu`].
+/// were laid out for a smaller MTU than the interface had when the packet came): read again,
+/// with buffers sized for the current [`Device::mtu`]. Where the kernel left the whole packet
+/// (Linux) it waits for that read and is dropped only if it fails again; where the kernel cut
+/// it (utun) it is already lost.
 pub fn packet_too_big() -> io::Error {
     io::Error::other(PacketTooBig)
 }

@@ -23,7 +23,7 @@ mod events;
 mod tests;
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -92,6 +92,41 @@ struct ReadState {
     /// The last frame was a super-packet: read the next one into `frame` rather than straight
     /// into a packet buffer (it would only be copied to `frame` to be split).
     last_gso: bool,
+    /// The pending frame already failed once for want of room: the caller has had its chance
+    /// to lay its buffers out for the new MTU, so failing again drops it.
+    retried: bool,
+}
+
+impl ReadState {
+    /// A frame of `n` bytes in the scratch failed for want of room: kept for one more try,
+    /// dropped if it was that try.
+    fn keep_too_big(&mut self, n: usize) {
+        self.retried = !self.retried;
+        if self.retried {
+            self.pending = n;
+        }
+    }
+
+    /// A plain packet of `n` bytes read into `head` (all it held) and the scratch (the rest):
+    /// moved whole into the scratch, pending, its one failure counted.
+    fn keep_split_plain(&mut self, head: &[u8], n: usize) {
+        let n = n.min(self.frame.len());
+        let h = head.len().min(n);
+        self.frame.copy_within(..n - h, h);
+        self.frame[..h].copy_from_slice(&head[..h]);
+        self.pending = n;
+        self.retried = true;
+    }
+
+    /// The pending plain packet into `out` if it fits now; if not, its second failure drops it.
+    fn hand_over_plain(&mut self, out: &mut [u8], size: &mut usize) -> io::Result<usize> {
+        let n = std::mem::take(&mut self.pending);
+        self.retried = false;
+        let dst = out.get_mut(..n).ok_or_else(crate::packet_too_big)?;
+        dst.copy_from_slice(&self.frame[..n]);
+        *size = n;
+        Ok(1)
+    }
 }
 
 /// A Linux TUN interface (layer 3, no packet info), with virtio-net offloads when available.
@@ -202,6 +237,7 @@ impl LinuxTun {
                 frame: vec![0u8; VIRTIO_NET_HDR_LEN + MAX_PACKET],
                 pending: 0,
                 last_gso: false,
+                retried: false,
             }),
             gro: Mutex::new({
                 let mut gro = GroTable::new();
@@ -259,12 +295,20 @@ impl LinuxTun {
     /// wait: a packet that found the reader idle is handed on at once (latency), while a reader
     /// that finds packets already queued is busy and reads ahead to fill its batch (throughput).
     fn read_once(&self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        self.read_waiting(|fd| sys::read(fd, buf))
+    }
+
+    /// [`Self::read_once`] with the read system call given.
+    fn read_waiting(
+        &self,
+        mut read: impl FnMut(BorrowedFd<'_>) -> io::Result<usize>,
+    ) -> io::Result<(usize, bool)> {
         let mut waited = false;
         loop {
             if self.is_closed() {
                 return Err(closed());
             }
-            match sys::read(self.fd.as_fd(), buf) {
+            match read(self.fd.as_fd()) {
                 Ok(n) => return Ok((n, waited)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLIN)?;
@@ -279,8 +323,16 @@ impl LinuxTun {
     /// One non-blocking `read(2)` for reading ahead: `None` when nothing is queued or on any
     /// error (a lasting error shows again on the next blocking read).
     fn try_read(&self, buf: &mut [u8]) -> Option<usize> {
+        self.try_read_with(|fd| sys::read(fd, buf))
+    }
+
+    /// [`Self::try_read`] with the read system call given.
+    fn try_read_with(
+        &self,
+        mut read: impl FnMut(BorrowedFd<'_>) -> io::Result<usize>,
+    ) -> Option<usize> {
         loop {
-            match sys::read(self.fd.as_fd(), buf) {
+            match read(self.fd.as_fd()) {
                 Ok(n) => return Some(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return None,
@@ -399,8 +451,14 @@ impl LinuxTun {
                     st.pending = n;
                     break;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if crate::is_packet_too_big(&e) {
+                        st.keep_too_big(n);
+                    }
+                    return Err(e);
+                }
             };
+            st.retried = false;
             st.last_gso = split.segmented;
             if split.packets == 0 {
                 // A super-packet without payload: nothing to hand out.
@@ -419,6 +477,63 @@ impl LinuxTun {
             }
         }
         self.count_reads(frames, total, splits);
+        Ok(total)
+    }
+
+    /// Reads without virtio headers: one packet per `read(2)`, straight into its buffer, with
+    /// the scratch behind it. A packet longer than its buffer (the MTU went up before the
+    /// caller heard of it) lands partly in the scratch, is kept whole there, and the call says
+    /// [`crate::packet_too_big`]; the next call hands it over if its buffers now take it.
+    fn read_plain(
+        &self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        offset: usize,
+    ) -> io::Result<usize> {
+        let mut st = self.read_frame.lock();
+        let st = &mut *st;
+        if bufs[0].len() < offset {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "offset past buffer",
+            ));
+        }
+        if st.pending > 0 {
+            let n = st.hand_over_plain(&mut bufs[0][offset..], &mut sizes[0])?;
+            self.count_reads(1, n, 0);
+            return Ok(n);
+        }
+        let mut total = 0;
+        while let Some(buf) = bufs.get_mut(total).and_then(|b| b.get_mut(offset..)) {
+            let room = buf.len();
+            let mut pieces = [io::IoSliceMut::new(buf), io::IoSliceMut::new(&mut st.frame)];
+            let read = |fd: BorrowedFd<'_>| sys::readv(fd, &mut pieces);
+            // Busy (the first read did not wait): read ahead, non-blocking, into the next buffers.
+            let n = if total == 0 {
+                let (n, waited) = self.read_waiting(read)?;
+                if waited && n <= room {
+                    sizes[0] = n;
+                    total = 1;
+                    break;
+                }
+                n
+            } else {
+                match self.try_read_with(read) {
+                    Some(n) => n,
+                    None => break,
+                }
+            };
+            if n > room {
+                st.keep_split_plain(&bufs[total][offset..], n);
+                if total == 0 {
+                    return Err(crate::packet_too_big());
+                }
+                break;
+            }
+            sizes[total] = n;
+            total += 1;
+        }
+        self.count_reads(total as u64, total, 0);
         Ok(total)
     }
 
@@ -490,26 +605,7 @@ impl Device for LinuxTun {
         if self.vnet {
             return self.read_offload(bufs, sizes, offset);
         }
-        let _one_reader = self.read_frame.lock();
-        let Some(buf) = bufs[0].get_mut(offset..) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "offset past buffer",
-            ));
-        };
-        let (n, waited) = self.read_once(buf)?;
-        sizes[0] = n;
-        let mut total = 1;
-        // Busy: read ahead straight into the next buffers (one packet per read, no scratch).
-        if !waited {
-            while let Some(buf) = bufs.get_mut(total).and_then(|b| b.get_mut(offset..)) {
-                let Some(n) = self.try_read(buf) else { break };
-                sizes[total] = n;
-                total += 1;
-            }
-        }
-        self.count_reads(total as u64, total, 0);
-        Ok(total)
+        self.read_plain(bufs, sizes, offset)
     }
 
     fn write(&self, bufs: &mut [&mut [u8]], sizes: &[usize], offset: usize) -> io::Result<usize> {

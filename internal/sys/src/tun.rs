@@ -121,6 +121,17 @@ pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     cvt_size(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
 }
 
+/// `readv(2)`: one frame into the pieces in turn. At most `IOV_MAX` (1024) pieces. A TUN frame
+/// longer than the pieces together is cut to their length (and the rest lost), as with `read`.
+#[inline]
+pub fn readv(fd: BorrowedFd<'_>, pieces: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+    let n = libc::c_int::try_from(pieces.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many pieces"))?;
+    // SAFETY: IoSliceMut is ABI-compatible with iovec on Unix (std guarantees it); the kernel
+    // reads `n` iovecs from the slice and writes at most each one's length into its buffer.
+    cvt_size(unsafe { libc::readv(fd.as_raw_fd(), pieces.as_mut_ptr().cast(), n) })
+}
+
 /// `write(2)`: one frame.
 #[inline]
 pub fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {

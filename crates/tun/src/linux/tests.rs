@@ -274,6 +274,57 @@ fn a_frame_read_ahead_that_does_not_fit_opens_the_next_batch() {
     });
 }
 
+/// What one `read` into buffers of `room` bytes (after `OFF`) gave: the UDP payloads, or the
+/// error. A read still waiting after 5 s (the packet was lost) closes the TUN and fails.
+fn read_into(tun: &LinuxTun, room: usize) -> io::Result<Vec<Vec<u8>>> {
+    let (done, waiting) = crossbeam_channel::bounded::<()>(1);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            if waiting.recv_timeout(Duration::from_secs(5)).is_err() {
+                let _ = tun.close();
+            }
+        });
+        let mut storage = vec![vec![0u8; OFF + room]; tun.batch_size()];
+        let mut sizes = vec![0usize; storage.len()];
+        let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let n = tun.read(&mut bufs, &mut sizes, OFF);
+        let _ = done.send(());
+        let n = n?;
+        Ok((0..n)
+            .map(|i| bufs[i][OFF + 28..OFF + sizes[i]].to_vec())
+            .collect())
+    })
+}
+
+/// The MTU went up before the reader heard of it: the first packet larger than its buffers is
+/// not lost but waits for buffers that take it; one that fails twice is dropped, and reading
+/// goes on with the next packet.
+#[test]
+fn a_packet_larger_than_its_buffer_waits_for_a_larger_one() {
+    require_root!();
+    for (net, offload) in [(12u8, true), (13, false)] {
+        Netns::new().run(|| {
+            let (tun, sock) = quiet_tun_and_sender("vt0", net, offload);
+            ip(&["link", "set", "vt0", "mtu", "9000"]);
+            let small = 1500;
+            let big = 9000;
+
+            sock.send(&[7u8; 5000]).unwrap();
+            let e = read_into(&tun, small).unwrap_err();
+            assert!(crate::is_packet_too_big(&e), "offload {offload}: {e}");
+            assert_eq!(read_into(&tun, big).unwrap(), vec![vec![7u8; 5000]]);
+
+            sock.send(&[8u8; 5000]).unwrap();
+            sock.send(&[9u8; 20]).unwrap();
+            for _ in 0..2 {
+                let e = read_into(&tun, small).unwrap_err();
+                assert!(crate::is_packet_too_big(&e), "offload {offload}: {e}");
+            }
+            assert_eq!(read_into(&tun, big).unwrap(), vec![vec![9u8; 20]]);
+        });
+    }
+}
+
 #[test]
 fn up_down_and_mtu_events() {
     require_root!();
