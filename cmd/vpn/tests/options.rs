@@ -105,8 +105,10 @@ fn a_bad_variable_does_not_stop_a_subcommand() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("s7never0") && !err.contains("--"), "{err}");
-    // The daemon form with the same environment still refuses, naming a flag.
+    // The daemon form with the same environment still refuses, naming a flag (and, were the
+    // options accepted, would stop at the bad `WG_TUN_FD` rather than create a TUN).
     let out = vpn_with_every_variable("garbage")
+        .env("WG_TUN_FD", "none")
         .args(["--foreground", "s7never0"])
         .output()
         .unwrap();
