@@ -15,6 +15,7 @@ import WireGuardFFI
 enum TunnelError: Error, CustomStringConvertible {
     case missingConfiguration
     case badConfiguration(String)
+    case badMemoryBudget(String)
     case noUtunDescriptor
     case turnOnFailed
 
@@ -24,6 +25,10 @@ enum TunnelError: Error, CustomStringConvertible {
             return "the provider configuration has no \(PacketTunnelProvider.configKey) string"
         case .badConfiguration(let why):
             return "the wg-quick configuration was refused: \(why)"
+        case .badMemoryBudget(let value):
+            return "the provider configuration's \(PacketTunnelProvider.memoryBudgetKey) is "
+                + "\(value): the packet-memory cap is a whole number of bytes, 0 (no cap) or "
+                + "at least 1 MiB (1048576)"
         case .noUtunDescriptor:
             return "no utun descriptor in the extension's process"
         case .turnOnFailed:
@@ -34,6 +39,9 @@ enum TunnelError: Error, CustomStringConvertible {
 
 /// Forwards the library's log lines to the unified log (level 1: errors and warnings).
 private let libraryLog = OSLog(subsystem: "vpn.network-extension", category: "wireguard")
+
+/// The provider's own errors (why a start was refused).
+private let providerLog = OSLog(subsystem: "vpn.network-extension", category: "provider")
 
 private func installLogger() {
     wgSetLogger(nil) { _, level, message in
@@ -46,6 +54,10 @@ private func installLogger() {
 class PacketTunnelProvider: NEPacketTunnelProvider {
     /// The key of the wg-quick file's text in `NETunnelProviderProtocol.providerConfiguration`.
     static let configKey = "wgQuickConfig"
+    /// The key of the packet-memory cap in bytes (a number) in `providerConfiguration`:
+    /// `wgSetMemoryBudget`'s value, 0 for no cap. Absent, the library's setting stays as it is
+    /// (its default, 32 MiB, in a new extension process).
+    static let memoryBudgetKey = "memoryBudget"
 
     /// Every access to `handle` and the path monitor happens on this queue.
     private let queue = DispatchQueue(label: "vpn.network-extension.tunnel")
@@ -58,6 +70,11 @@ class PacketTunnelProvider: NEPacketTunnelProvider {
         guard let proto = protocolConfiguration as? NETunnelProviderProtocol,
               let text = proto.providerConfiguration?[Self.configKey] as? String else {
             completionHandler(TunnelError.missingConfiguration)
+            return
+        }
+        if let error = Self.setMemoryBudget(from: proto.providerConfiguration) {
+            os_log("%{public}s", log: providerLog, type: .error, error.description)
+            completionHandler(error)
             return
         }
         let settings: TunnelSettings
@@ -77,6 +94,19 @@ class PacketTunnelProvider: NEPacketTunnelProvider {
                 completionHandler(self.turnOn(uapi: settings.uapi))
             }
         }
+    }
+
+    /// Sets the cap on packet memory of the tunnel `wgTurnOn` starts, when the provider
+    /// configuration has one. A value that is not a whole number, or that the library refuses
+    /// (-22: negative, or below 1 MiB), refuses the start: an extension that asked for a cap
+    /// under its memory limit must not run without it.
+    private static func setMemoryBudget(from config: [String: Any]?) -> TunnelError? {
+        guard let value = config?[memoryBudgetKey] else { return nil }
+        guard let number = value as? NSNumber, let bytes = Int64(exactly: number),
+              wgSetMemoryBudget(bytes) == 0 else {
+            return TunnelError.badMemoryBudget("\(value)")
+        }
+        return nil
     }
 
     /// On `queue`: hands the utun descriptor and the settings to the library.

@@ -5,10 +5,16 @@
 //!   `/var/run/wireguard/<ifname>.sock`.
 //! - `vpn up <config|name>` / `vpn down <config|name>`: wg-quick-style tunnels.
 //! - `vpn show [ifname]`, `vpn genkey`, `vpn pubkey`.
+//!
+//! The daemon's options (`--memory-budget`, …, each also read from its `VPN_*` variable) belong
+//! to the daemon form alone: a subcommand never reads the variables, so a stray or bad one in
+//! the environment stops only a daemon (`vpn up` starts its daemon as `vpn <ifname>`, which
+//! inherits them).
 
 #![forbid(unsafe_code)]
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 mod daemon;
@@ -58,7 +64,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     daemon::forget_empty_variables(&Cli::command());
-    let cli = Cli::parse();
+    let cli = parse_cli(std::env::args_os().collect());
     init_logging(cli.verbose);
     let res = match cli.cmd {
         Some(Cmd::Up(a)) => quick::up(&a),
@@ -77,6 +83,20 @@ fn main() -> ExitCode {
             eprintln!("vpn: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The command line. A subcommand is parsed without the daemon's variables (its matches hold
+/// the options' defaults, which nothing reads); everything else (the daemon form, `--help`,
+/// `--version`, a usage error) is parsed again with them, so that `vpn --help` shows each
+/// variable and the daemon validates them.
+fn parse_cli(args: Vec<OsString>) -> Cli {
+    let without_variables = Cli::command().mut_args(|a| a.env(None));
+    match without_variables.try_get_matches_from(&args) {
+        Ok(m) if m.subcommand().is_some() => {
+            Cli::from_arg_matches(&m).unwrap_or_else(|e| e.format(&mut Cli::command()).exit())
+        }
+        _ => Cli::parse_from(args),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The daemon's options as the `vpn` binary takes them: `vpn --help` lists every flag with its
-//! environment variable, a bad value stops the daemon with an error naming the flag, and (as
-//! root, in a namespace) a flag and its variable reach a detached daemon alike.
+//! environment variable, a bad value stops the daemon with an error naming the flag while the
+//! subcommands that start no daemon ignore the variables, and (as root, in a namespace) a flag
+//! and its variable reach a detached daemon alike, and `vpn up`'s daemon gets the variables.
 
 mod common;
 use std::process::Command;
@@ -73,12 +74,20 @@ fn a_bad_value_stops_the_daemon_naming_the_flag() {
     }
 }
 
-/// An empty variable is the default, as `VAR= vpn wg0` meant before the flags.
+/// `vpn` with every daemon variable set to `value`.
+fn vpn_with_every_variable(value: &str) -> Command {
+    let mut cmd = Command::new(VPN);
+    for (_, var) in FLAGS.iter().chain(OS_FLAGS) {
+        cmd.env(var, value);
+    }
+    cmd
+}
+
+/// A subcommand that starts no daemon never reads the daemon's variables: a bad one in the
+/// environment (a shell that exported it for the daemon) does not stop it.
 #[test]
-fn an_empty_variable_is_not_a_value() {
-    let out = Command::new(VPN)
-        .env("VPN_CONNECTED_SOCKETS", "")
-        .env("VPN_MEMORY_BUDGET", "")
+fn a_bad_variable_does_not_stop_a_subcommand() {
+    let out = vpn_with_every_variable("garbage")
         .arg("genkey")
         .output()
         .unwrap();
@@ -87,6 +96,41 @@ fn an_empty_variable_is_not_a_value() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(key.len(), 44, "{key:?}");
+    // `show` of an interface no test creates fails, for the interface's sake alone.
+    let out = vpn_with_every_variable("garbage")
+        .args(["show", "s7never0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("s7never0") && !err.contains("--"), "{err}");
+    // The daemon form with the same environment still refuses, naming a flag (and, were the
+    // options accepted, would stop at the bad `WG_TUN_FD` rather than create a TUN).
+    let out = vpn_with_every_variable("garbage")
+        .env("WG_TUN_FD", "none")
+        .args(["--foreground", "s7never0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("invalid value 'garbage' for '--"),
+        "{err}"
+    );
+}
+
+/// An empty variable is the default, as `VAR= vpn wg0` meant before the flags: the daemon gets
+/// past its options and fails only at the TUN a bad `WG_TUN_FD` names (nothing is opened).
+#[test]
+fn an_empty_variable_is_not_a_value() {
+    let out = vpn_with_every_variable("")
+        .env("WG_TUN_FD", "none")
+        .args(["--foreground", "s7never0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("WG_TUN_FD=\"none\""), "{err}");
 }
 
 /// As root, in a namespace: a detached daemon started with a flag or its variable.
@@ -146,5 +190,36 @@ mod detached {
         for i in [&by_flag, &by_env, &default] {
             let _ = run(&["ip", "-n", &ns, "link", "del", i]);
         }
+    }
+
+    /// `vpn up` starts its daemon as `vpn <ifname>`, which inherits the variables: a bad one
+    /// stops the daemon, naming the flag, before the interface exists, and `vpn up` fails.
+    #[test]
+    fn a_bad_variable_stops_the_daemon_vpn_up_starts() {
+        if let Some(why) = skip_reason(&["ip"]) {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let mut lab = Lab::new("u", "op-", "op");
+        let ns = lab.netns("n");
+        let ifname = lab.ifname("u");
+        let key = Command::new(VPN).arg("genkey").output().unwrap().stdout;
+        let conf = lab.file(
+            &format!("{ifname}.conf"),
+            &format!(
+                "[Interface]\nPrivateKey = {}\n",
+                String::from_utf8_lossy(&key).trim()
+            ),
+        );
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, VPN, "up", &conf])
+            .env("VPN_MEMORY_BUDGET", "lots")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("--memory-budget"), "{err}");
+        let link = run(&["ip", "-n", &ns, "link", "show", "dev", &ifname]);
+        assert!(!link.status.success(), "{ifname} exists");
     }
 }

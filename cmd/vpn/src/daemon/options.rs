@@ -2,7 +2,8 @@
 //! variable (`VPN_CONNECTED_SOCKETS=1` as `--connected-sockets`), since `wg-quick` starts the
 //! daemon as `vpn <ifname>` and passes nothing else. A flag on the command line wins over the
 //! variable. Parsed once, by clap, into [`DaemonOptions`]; a bad value stops the daemon with an
-//! error that names the flag.
+//! error that names the flag. Only the daemon form reads the variables (`main.rs`): the
+//! subcommands, which start no daemon, ignore them.
 
 use std::time::Duration;
 use vpn_conn::ConnectedOptions;
