@@ -18,8 +18,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let ip = IpPacket::parse(data);
     assert_eq!(ip.is_ok(), data.len() >= fixed);
-    assert_eq!(Ipv4Packet::parse(data).is_ok(), fixed == IPV4_HEADER_LEN && ip.is_ok());
-    assert_eq!(Ipv6Packet::parse(data).is_ok(), fixed == IPV6_HEADER_LEN && ip.is_ok());
+    assert_eq!(
+        Ipv4Packet::parse(data).is_ok(),
+        fixed == IPV4_HEADER_LEN && ip.is_ok()
+    );
+    assert_eq!(
+        Ipv6Packet::parse(data).is_ok(),
+        fixed == IPV6_HEADER_LEN && ip.is_ok()
+    );
     let ip = match ip {
         Ok(ip) => ip,
         Err(e) => {
