@@ -1,86 +1,43 @@
-//! The inner IP header reads of the packet path (destination, source and length, UDP) and the
-//! allowed-IPs lookups made with them.
+//! The inner IP header reads of the packet path (destination, source and length, UDP), made
+//! through `vpn-proto`'s views ([`vpn_proto::ip`]), and the allowed-IPs lookups made with them.
 
 use crate::allowedips::AllowedIps;
 use crate::peer::PeerRef;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
+use vpn_proto::ip::{IpPacket, PROTOCOL_UDP};
 
-/// The destination address of an IP packet.
+/// The destination address of an IP packet (one that holds at least its fixed header).
+#[inline]
 pub(crate) fn destination(pkt: &[u8]) -> Option<IpAddr> {
-    match pkt.first().map(|b| b >> 4) {
-        Some(4) if pkt.len() >= 20 => {
-            let dst: [u8; 4] = pkt[16..20].try_into().ok()?;
-            Some(IpAddr::from(dst))
-        }
-        Some(6) if pkt.len() >= 40 => {
-            let dst: [u8; 16] = pkt[24..40].try_into().ok()?;
-            Some(IpAddr::from(dst))
-        }
-        _ => None,
-    }
+    IpPacket::parse(pkt).ok().map(|ip| ip.destination())
 }
 
 /// The UDP source port and the destination of an IP packet that is a whole (unfragmented) UDP
 /// datagram, with no IPv6 extension headers. The TUN reader uses it to recognise the device's own
 /// datagrams coming back through the TUN (a routing loop).
+#[inline]
 pub(crate) fn udp_source_port_and_destination(pkt: &[u8]) -> Option<(u16, SocketAddr)> {
-    let (l4, dst) = match pkt.first().map(|b| b >> 4) {
-        Some(4) if pkt.len() >= 20 => {
-            let fragment = u16::from_be_bytes([pkt[6], pkt[7]]) & 0x3fff;
-            if pkt[9] != 17 || fragment != 0 {
-                return None;
-            }
-            let dst: [u8; 4] = pkt[16..20].try_into().ok()?;
-            (usize::from(pkt[0] & 0x0f) * 4, IpAddr::from(dst))
-        }
-        Some(6) if pkt.len() >= 40 => {
-            if pkt[6] != 17 {
-                return None;
-            }
-            let dst: [u8; 16] = pkt[24..40].try_into().ok()?;
-            (40, IpAddr::from(dst))
-        }
-        _ => return None,
-    };
-    let udp = pkt.get(l4..l4 + 4)?;
-    let sport = u16::from_be_bytes([udp[0], udp[1]]);
-    let dport = u16::from_be_bytes([udp[2], udp[3]]);
-    Some((sport, SocketAddr::new(dst, dport)))
+    let ip = IpPacket::parse(pkt).ok()?;
+    let ports = ip.udp_ports()?;
+    Some((
+        ports.source,
+        SocketAddr::new(ip.destination(), ports.destination),
+    ))
 }
 
 /// Validates the inner IP header and returns the packet's declared length and source address.
-pub(crate) fn inner_packet_len(p: &[u8]) -> Option<(usize, std::net::IpAddr)> {
-    match p.first()? >> 4 {
-        4 if p.len() >= 20 => {
-            let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
-            if len < 20 || len > p.len() {
-                return None;
-            }
-            Some((len, std::net::IpAddr::from([p[12], p[13], p[14], p[15]])))
-        }
-        6 if p.len() >= 40 => {
-            let len = usize::from(u16::from_be_bytes([p[4], p[5]])) + 40;
-            if len > p.len() {
-                return None;
-            }
-            let mut src = [0u8; 16];
-            src.copy_from_slice(&p[8..24]);
-            Some((len, std::net::IpAddr::from(src)))
-        }
-        _ => None,
-    }
+#[inline]
+pub(crate) fn inner_packet_len(p: &[u8]) -> Option<(usize, IpAddr)> {
+    let ip = IpPacket::parse(p).ok()?;
+    Some((ip.packet_len().ok()?, ip.source()))
 }
 
 /// Whether a packet `inner_packet_len` accepted carries UDP (IPv6: as its first next header;
 /// extension headers are rare enough on this path not to look past them).
+#[inline]
 pub(crate) fn is_udp(p: &[u8]) -> bool {
-    const UDP: u8 = 17;
-    match p.first().map(|b| b >> 4) {
-        Some(4) => p.get(9) == Some(&UDP),
-        Some(6) => p.get(6) == Some(&UDP),
-        _ => false,
-    }
+    IpPacket::parse(p).is_ok_and(|ip| ip.protocol() == PROTOCOL_UDP)
 }
 
 /// The previous packet's answer within one batch, under one read lock of the table: a batch is
@@ -188,41 +145,19 @@ mod tests {
     }
 
     #[test]
-    fn inner_header_checks() {
-        let mut v4 = vec![0u8; 40];
-        v4[0] = 0x45;
-        v4[2..4].copy_from_slice(&28u16.to_be_bytes());
-        v4[12..16].copy_from_slice(&[100, 64, 0, 1]);
-        assert_eq!(inner_packet_len(&v4).unwrap().0, 28);
-        v4[2..4].copy_from_slice(&41u16.to_be_bytes());
-        assert!(inner_packet_len(&v4).is_none());
-        v4[2..4].copy_from_slice(&19u16.to_be_bytes());
-        assert!(inner_packet_len(&v4).is_none());
-        let mut v6 = vec![0u8; 48];
-        v6[0] = 0x60;
-        v6[4..6].copy_from_slice(&8u16.to_be_bytes());
-        assert_eq!(inner_packet_len(&v6).unwrap().0, 48);
-        v6[4..6].copy_from_slice(&9u16.to_be_bytes());
-        assert!(inner_packet_len(&v6).is_none());
-        assert!(inner_packet_len(&[0x50; 60]).is_none());
-        assert!(inner_packet_len(&[]).is_none());
-    }
-
-    #[test]
-    fn udp_is_told_from_other_protocols() {
-        let mut v4 = vec![0u8; 28];
-        v4[0] = 0x45;
-        v4[9] = 17;
-        assert!(is_udp(&v4));
-        v4[9] = 6;
-        assert!(!is_udp(&v4));
-        let mut v6 = vec![0u8; 48];
-        v6[0] = 0x60;
-        v6[6] = 17;
-        assert!(is_udp(&v6));
-        v6[6] = 58;
-        assert!(!is_udp(&v6));
-        assert!(!is_udp(&[]));
-        assert!(!is_udp(&[0x45; 5]));
+    fn a_padded_packet_gives_its_declared_length_source_and_destination() {
+        // Decrypted packets arrive padded to a multiple of 16: the IP length says where the
+        // packet ends, the source whether the peer may send it.
+        let mut p = v4_udp(1, 2, 0);
+        p.resize(32, 0);
+        let source = "198.18.0.1".parse().unwrap();
+        assert_eq!(inner_packet_len(&p), Some((28, source)));
+        assert_eq!(destination(&p), Some("198.18.0.2".parse().unwrap()));
+        assert!(is_udp(&p));
+        p[2..4].copy_from_slice(&33u16.to_be_bytes()); // longer than what arrived
+        assert_eq!(inner_packet_len(&p), None);
+        assert_eq!(destination(&p[..19]), None);
+        p[9] = 6;
+        assert!(!is_udp(&p));
     }
 }

@@ -1,5 +1,6 @@
 //! The WireGuard protocol as a pure library: messages, the Noise IKpsk2 handshake, cookies,
-//! transport keypairs, the replay window and the handshake rate limiter.
+//! transport keypairs, the replay window and the handshake rate limiter; and read-only views of
+//! the inner IP packets the messages carry.
 //!
 //! No I/O and no clock reads: every function that needs the time takes a [`time::Instant`]
 //! (monotonic) or a wall-clock timestamp from the caller. This makes the whole protocol
@@ -12,6 +13,7 @@ pub mod aead;
 pub mod consts;
 pub mod cookie;
 pub mod crypto;
+pub mod ip;
 pub mod keys;
 pub mod messages;
 pub mod noise;
