@@ -11,7 +11,7 @@ use crate::keypair::DevKeypair;
 use crate::peer::Peer;
 use crate::pool::{Layout, PacketBuf, HEADROOM};
 use crate::reader::BatchReader;
-use crate::route::{inner_packet_len, is_udp, BatchMemo, LastRoute};
+use crate::route::{inner_packet, BatchMemo, LastRoute};
 use crate::DeviceInner;
 use bytes::BytesMut;
 use smallvec::SmallVec;
@@ -484,10 +484,10 @@ impl DeviceInner {
         write.retain(|i| {
             let e = &mut elems[*i];
             let p = &e.buf[HEADROOM..HEADROOM + e.len];
-            match inner_packet_len(p) {
-                Some((len, src)) if routes_back(src) => {
-                    e.len = len;
-                    datagrams += usize::from(is_udp(p));
+            match inner_packet(p) {
+                Some(inner) if routes_back(inner.source) => {
+                    e.len = inner.len;
+                    datagrams += usize::from(inner.udp);
                     true
                 }
                 Some(_) => {

@@ -26,18 +26,26 @@ pub(crate) fn udp_source_port_and_destination(pkt: &[u8]) -> Option<(u16, Socket
     ))
 }
 
-/// Validates the inner IP header and returns the packet's declared length and source address.
-#[inline]
-pub(crate) fn inner_packet_len(p: &[u8]) -> Option<(usize, IpAddr)> {
-    let ip = IpPacket::parse(p).ok()?;
-    Some((ip.packet_len().ok()?, ip.source()))
+/// What the receive path needs of a decrypted inner packet, from one parse of its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Inner {
+    /// The declared length (the rest of the plaintext is padding).
+    pub len: usize,
+    pub source: IpAddr,
+    /// Carries UDP (IPv6: as its first next header; extension headers are rare enough on this
+    /// path not to look past them).
+    pub udp: bool,
 }
 
-/// Whether a packet `inner_packet_len` accepted carries UDP (IPv6: as its first next header;
-/// extension headers are rare enough on this path not to look past them).
+/// Validates the inner IP header: its declared length, source and whether it is UDP.
 #[inline]
-pub(crate) fn is_udp(p: &[u8]) -> bool {
-    IpPacket::parse(p).is_ok_and(|ip| ip.protocol() == PROTOCOL_UDP)
+pub(crate) fn inner_packet(p: &[u8]) -> Option<Inner> {
+    let ip = IpPacket::parse(p).ok()?;
+    Some(Inner {
+        len: ip.packet_len().ok()?,
+        source: ip.source(),
+        udp: ip.protocol() == PROTOCOL_UDP,
+    })
 }
 
 /// The previous packet's answer within one batch, under one read lock of the table: a batch is
@@ -151,13 +159,18 @@ mod tests {
         let mut p = v4_udp(1, 2, 0);
         p.resize(32, 0);
         let source = "198.18.0.1".parse().unwrap();
-        assert_eq!(inner_packet_len(&p), Some((28, source)));
+        let udp = Inner {
+            len: 28,
+            source,
+            udp: true,
+        };
+        assert_eq!(inner_packet(&p), Some(udp));
         assert_eq!(destination(&p), Some("198.18.0.2".parse().unwrap()));
-        assert!(is_udp(&p));
         p[2..4].copy_from_slice(&33u16.to_be_bytes()); // longer than what arrived
-        assert_eq!(inner_packet_len(&p), None);
+        assert_eq!(inner_packet(&p), None);
         assert_eq!(destination(&p[..19]), None);
-        p[9] = 6;
-        assert!(!is_udp(&p));
+        p[2..4].copy_from_slice(&28u16.to_be_bytes());
+        p[9] = 6; // TCP
+        assert_eq!(inner_packet(&p).map(|i| i.udp), Some(false));
     }
 }
