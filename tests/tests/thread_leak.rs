@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vpn_conn::memory::MemoryNetwork;
 use vpn_tests::*;
 
@@ -61,10 +61,7 @@ fn up_down_storm_then_close_leaves_no_thread() {
         assert!(a.dev.up().is_err());
     }
     if let Some(base) = baseline {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while thread_count().unwrap() > base && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for(Duration::from_secs(10), || thread_count().unwrap() <= base);
         // Other tests in this binary run in parallel; with the default harness each test has its
         // own thread, so compare against the count taken at the start of this test.
         assert!(

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use vpn_conn::memory::MemoryNetwork;
 use vpn_device::clock::{Clock, FakeClock};
+use vpn_proto::consts::{KEEPALIVE_TIMEOUT, REKEY_TIMEOUT};
 use vpn_tests::*;
 
 fn fake_pair(batch: usize) -> (MemoryNetwork, Arc<FakeClock>, Node, Node) {
@@ -59,31 +60,65 @@ fn exchange(a: &Node, b: &Node, tag: &str) {
     }
 }
 
+/// The clock's step between two rounds of `sessions_rotate_without_losing_packets`: past the
+/// passive keepalive a owes after each round, short of the 15 s after which b, having sent
+/// data and heard nothing back, starts a handshake of its own. A step of 15 s would fire both
+/// at one instant whenever b's jitter draw is 0 ms, an order real time cannot produce (the
+/// keepalive, due 5 s earlier, would have cancelled b's timer), and if that instant is also
+/// a's rekey the two initiations cross and both are refused, as in WireGuard; every later step
+/// would then fire both retransmissions (5 s plus at most 334 ms of jitter) at once again.
+const ROUND: Duration = Duration::from_secs(12);
+const _: () = assert!(
+    ROUND.as_secs() >= KEEPALIVE_TIMEOUT.as_secs()
+        && ROUND.as_secs() < KEEPALIVE_TIMEOUT.as_secs() + REKEY_TIMEOUT.as_secs()
+);
+
 #[test]
 fn sessions_rotate_without_losing_packets() {
     let (_net, clock, a, b) = fake_pair(1);
     assert!(ping(&a, &b, false, Duration::from_secs(5)));
     let pa = a.dev.peer(&b.key.public_key()).unwrap();
+    let pb = b.dev.peer(&a.key.public_key()).unwrap();
     let first = pa.last_handshake().unwrap();
+    let handshake_messages = || a.dev.stats().handshakes_sent + b.dev.stats().handshakes_sent;
     let mut rotations = 0;
     let mut last = first;
-    for round in 0..20 {
-        advance(&clock, Duration::from_secs(15), &[&a, &b]);
-        // The jump fires a's owed keepalive, which may start the rekey: let the tunnel answer
-        // first (a ping, retried), then no packet of the exchange may be lost.
+    for round in 0..25 {
+        let sent = handshake_messages();
+        advance(&clock, ROUND, &[&a, &b]);
+        // The step fires a's owed keepalive, which starts the rekey once the keys are old
+        // enough; the ping and the exchange go through it, and no packet may be lost.
         assert!(
-            (0..10).any(|_| ping(&a, &b, false, Duration::from_secs(1))),
-            "round {round}: tunnel answers after the jump"
+            ping(&a, &b, false, Duration::from_secs(5)),
+            "round {round}: tunnel answers after the step"
         );
         exchange(&a, &b, &format!("round {round}"));
+        // A handshake started in a round completes in it, on both sides, before time moves
+        // on: a step with one on the wire would fire its retransmission.
+        if handshake_messages() != sent {
+            let now = clock.wall();
+            assert!(
+                wait_for(Duration::from_secs(10), || pa.last_handshake() == Some(now)
+                    && pb.last_handshake() == Some(now)),
+                "round {round}: the handshake completed on both sides; a {:?} b {:?}",
+                a.dev.stats(),
+                b.dev.stats()
+            );
+        }
         let now = pa.last_handshake().unwrap();
         if now != last {
             rotations += 1;
             last = now;
         }
     }
-    // 300 s of traffic: the initiator rekeys after 120 s, twice.
-    assert!(rotations >= 2, "rotations: {rotations}");
+    // 300 s of traffic: the initiator rekeys once its keys are older than 120 s, at 132 s and
+    // at 264 s, and nobody else starts a handshake.
+    assert_eq!(rotations, 2);
+    assert_eq!(
+        (a.dev.stats().handshakes_sent, b.dev.stats().handshakes_sent),
+        (3, 3),
+        "one initiation and one response per handshake: no retry, no crossing"
+    );
     assert!(pa.keypair_count() <= 3);
 }
 

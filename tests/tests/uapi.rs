@@ -8,7 +8,7 @@ use vpn_conn::memory::MemoryNetwork;
 use vpn_device::uapi::{IPC_ERROR_INVALID, IPC_ERROR_PORT_IN_USE, IPC_ERROR_PROTOCOL};
 use vpn_device::{Device, Logger};
 use vpn_ipc::{AllowedIp, Change, Endpoint, PeerChange};
-use vpn_tests::private_key;
+use vpn_tests::{private_key, wait_for};
 use vpn_tun::memory::MemoryTun;
 
 fn device(net: &MemoryNetwork) -> Device {
@@ -20,10 +20,7 @@ fn device(net: &MemoryNetwork) -> Device {
     );
     // The memory TUN reports "up" at creation; take the device down so no handshake traffic
     // changes the counters under the test.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !dev.is_up() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_for(std::time::Duration::from_secs(5), || dev.is_up());
     dev.down().unwrap();
     dev
 }
