@@ -139,7 +139,6 @@ impl TimerWheel {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
-            self.clock.refresh();
             let jumps = self.jumps.load(Ordering::Acquire);
             let now = self.clock.now();
             let due = self.take_due(now);

@@ -3,9 +3,8 @@
 //! `vpn-conn` forbids `unsafe`; everything that has to hand raw pointers to the kernel lives
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
-//! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), time jumps under the clock
-//! ([`time_jumps`]), the data-path threads' scheduling policy ([`sched`]), the TUN device's calls
-//! ([`tun`]) and waiting for a descriptor or a close ([`poll`]). Every `unsafe` block
+//! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the data-path threads'
+//! scheduling policy ([`sched`]), the TUN device's calls ([`tun`]) and waiting for a descriptor or a close ([`poll`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
@@ -38,6 +37,5 @@ mod sockaddr;
 #[cfg(target_os = "linux")]
 pub mod sockopt;
 #[cfg(target_os = "linux")]
-pub mod time_jumps;
 #[cfg(target_os = "linux")]
 pub mod tun;

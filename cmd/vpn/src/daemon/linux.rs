@@ -1,70 +1,17 @@
 //! The daemon's Linux parts: a TUN named `<ifname>` (virtio-net offloads unless
-//! `--tun-offload=off`), the bind with UDP GSO/GRO, CLOCK_BOOTTIME read through a cycle
-//! counter and `SCHED_BATCH` for the light direction of bulk traffic.
+//! `--tun-offload=off`), the bind with UDP GSO/GRO, CLOCK_BOOTTIME (the key timers count
+//! suspend) and `SCHED_BATCH` for the light direction of bulk traffic.
 
 use super::{DaemonOptions, Parts, DEFAULT_MTU};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Duration;
 use vpn_conn::StdNetBind;
-use vpn_device::clock::{BootTimeClock, Clock, CycleClock};
+use vpn_device::clock::BootTimeClock;
 use vpn_device::sched::Scheduling;
 use vpn_device::Options;
 use vpn_ipc::Statistics;
-use vpn_sys::time_jumps::TimeJumps;
 use vpn_tun::{Device as _, LinuxTun, NamespaceWatch, TunStats};
 use vpn_uapi::StatsFn;
-
-/// The daemon's clock: CLOCK_BOOTTIME read through a cycle counter (a lone packet then reads
-/// no kernel page for the time; `vpn_device::clock::CycleClock`). `VPN_CYCLE_CLOCK=0` reads
-/// CLOCK_BOOTTIME every time.
-///
-/// A thread watches for time jumps (a resume from suspend, the wall clock set) and measures
-/// the counter's offset again at once: a counter that stood still through a suspend would
-/// otherwise hide the sleep until the timer thread's next refresh. Without that watch (no
-/// timerfd) the counter is not used.
-fn daemon_clock() -> Arc<dyn Clock> {
-    if std::env::var("VPN_CYCLE_CLOCK").is_ok_and(|v| v == "0") {
-        return Arc::new(BootTimeClock);
-    }
-    let jumps = match TimeJumps::new(Duration::from_secs(60)) {
-        Ok(j) => j,
-        Err(e) => {
-            tracing::info!("clock: no time-jump watch ({e}); reading CLOCK_BOOTTIME every time");
-            return Arc::new(BootTimeClock);
-        }
-    };
-    let clock = Arc::new(CycleClock::new(BootTimeClock));
-    let weak = Arc::downgrade(&clock);
-    let spawned = std::thread::Builder::new()
-        .name("clock-jumps".into())
-        .spawn(move || watch_time_jumps(&jumps, &weak));
-    if let Err(e) = spawned {
-        tracing::info!("clock: no time-jump watch ({e}); reading CLOCK_BOOTTIME every time");
-        return Arc::new(BootTimeClock);
-    }
-    clock
-}
-
-/// Re-anchors `clock` whenever `jumps` says time jumped; returns once the clock is gone
-/// (checked every period) or the watch fails (the clock then stops using the counter).
-fn watch_time_jumps(jumps: &TimeJumps, clock: &std::sync::Weak<CycleClock<BootTimeClock>>) {
-    loop {
-        let jumped = jumps.wait();
-        let Some(clock) = clock.upgrade() else {
-            return;
-        };
-        match jumped {
-            Ok(true) => clock.invalidate(),
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!("clock: time-jump watch failed ({e}); reading CLOCK_BOOTTIME only");
-                clock.retire();
-                return;
-            }
-        }
-    }
-}
 
 /// A data-path thread carrying the light direction of bulk traffic becomes a `SCHED_BATCH`
 /// thread (see `vpn_device::sched`).
@@ -98,7 +45,7 @@ pub(super) fn open(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate:
         StdNetBind::with_offload(daemon.udp_offload).with_connected_options(daemon.connected()),
     );
     let opts = Options::default()
-        .with_clock(daemon_clock())
+        .with_clock(Arc::new(BootTimeClock))
         .with_memory_budget(daemon.memory_budget)
         // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
         .with_scheduling(
