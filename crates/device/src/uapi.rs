@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use vpn_ipc::serve::{self, Ended, Handler};
 use vpn_ipc::{
-    Change, DeviceSetting, DeviceState, IpcErrorKind, PeerSetting, PeerState, Statistics,
+    Change, DeviceSetting, DeviceState, IpcErrorKind, Part, PeerChange, PeerSetting, PeerState,
+    Statistics,
 };
 use vpn_proto::keys::{PresharedKey, PrivateKey, PublicKey};
 use vpn_proto::noise::{Handshake, StaticIdentity};
@@ -44,23 +45,26 @@ struct Section {
     pka_turned_on: bool,
 }
 
-/// Parses `text` (no lock held), applies what parsed, then reports the first bad line.
+/// Applies a `set` body part by part as it parses (no parsed copy of a large body is kept), up
+/// to the first bad line or failed setting, whose error is returned: what came before it stays
+/// applied, as with wireguard-go.
 pub(crate) fn ipc_set(dev: &Arc<DeviceInner>, text: &str) -> Result<(), IpcError> {
-    let (change, parse_error) = Change::parse_partial(text);
-    configure(dev, &change)?;
-    match parse_error {
-        Some(e) => {
-            tracing::error!(device = %dev.name, "{e}");
-            Err(e)
-        }
-        None => Ok(()),
-    }
+    let _ipc = dev.ipc_lock.lock();
+    let res = Change::parse_each(text, |part| match part {
+        Part::Device(s) => apply_device_setting(dev, &s),
+        Part::Peer(p) => apply_peer(dev, &p),
+    });
+    log_failure(dev, res)
 }
 
 /// Applies `change` in order up to the first error, which is returned.
 pub(crate) fn configure(dev: &Arc<DeviceInner>, change: &Change) -> Result<(), IpcError> {
     let _ipc = dev.ipc_lock.lock();
     let res = apply(dev, change);
+    log_failure(dev, res)
+}
+
+fn log_failure(dev: &DeviceInner, res: Result<(), IpcError>) -> Result<(), IpcError> {
     if let Err(e) = &res {
         tracing::error!(device = %dev.name, "{e}");
     }
@@ -71,17 +75,19 @@ fn apply(dev: &Arc<DeviceInner>, change: &Change) -> Result<(), IpcError> {
     for setting in change.device_settings() {
         apply_device_setting(dev, setting)?;
     }
-    for p in change.peers() {
-        let mut section = begin_section(dev, p.public_key())?;
-        let res = p
-            .settings()
-            .iter()
-            .try_for_each(|s| apply_peer_setting(dev, &mut section, s));
-        // A section cut short by an error still ends as a section does (the peer is started).
-        finish_section(dev, section);
-        res?;
-    }
-    Ok(())
+    change.peers().iter().try_for_each(|p| apply_peer(dev, p))
+}
+
+/// One peer section; a section cut short by an error still ends as a section does (the peer is
+/// started).
+fn apply_peer(dev: &Arc<DeviceInner>, p: &PeerChange) -> Result<(), IpcError> {
+    let mut section = begin_section(dev, p.public_key())?;
+    let res = p
+        .settings()
+        .iter()
+        .try_for_each(|s| apply_peer_setting(dev, &mut section, s));
+    finish_section(dev, section);
+    res
 }
 
 fn apply_device_setting(dev: &Arc<DeviceInner>, setting: &DeviceSetting) -> Result<(), IpcError> {

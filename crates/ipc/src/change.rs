@@ -318,11 +318,6 @@ impl Change {
         self.peers.push(peer);
     }
 
-    /// The peer section being built, if any (the parser appends to it).
-    pub(crate) fn last_peer_mut(&mut self) -> Option<&mut PeerChange> {
-        self.peers.last_mut()
-    }
-
     /// Appends a device setting (builder form).
     pub fn with(mut self, setting: DeviceSetting) -> Change {
         self.push_device(setting);

@@ -4,7 +4,9 @@
 //! * [`Change`] is a configuration change (the body of a `set`): device settings, then peer
 //!   sections, each a list of settings in the order they apply. Build one with its builder
 //!   methods, or parse the text with [`Change::parse_partial`] (what came before the first
-//!   bad line, and the error) or [`str::parse`] (all or nothing). `Display` renders it.
+//!   bad line, and the error) or [`str::parse`] (all or nothing); [`Change::parse_each`] hands
+//!   the same parts over one at a time ([`Part`]), so a device applies a large body without
+//!   holding it parsed. `Display` renders it.
 //! * [`DeviceState`] is what a `get` returns: the configuration and the per-peer statistics
 //!   (handshake time, byte counters). `Display` renders the dump; [`str::parse`] reads one.
 //! * [`Statistics`] holds the counters of the private `stats=1` request.
@@ -33,3 +35,4 @@ pub use error::{
 };
 pub use state::{DeviceState, PeerState};
 pub use stats::Statistics;
+pub use text::Part;

@@ -1,7 +1,7 @@
 //! Round-trip properties over generated inputs: whatever a parser accepts, its renderer writes
 //! back as text that parses to the same model (and a `set` body never holds an empty line).
 
-use crate::{Change, DeviceState, Statistics};
+use crate::{Change, DeviceState, IpcError, Part, Statistics};
 
 /// xorshift64*: a small deterministic generator, so a failure reproduces from its seed.
 struct Rng(u64);
@@ -161,6 +161,41 @@ const GET_KEYS: &[&str] = &[
     "allowed_ip",
     "allowed_ip",
 ];
+
+/// `parse_each` hands over each part as soon as it is whole, and stops at the first bad line
+/// after handing over the section that line cut short, or at the first error `apply` returns.
+#[test]
+fn a_set_body_is_handed_over_part_by_part() {
+    let (a, b) = ("01".repeat(32), "02".repeat(32));
+    let body = format!(
+        "listen_port=1\npublic_key={a}\nallowed_ip=100.64.0.1/32\npublic_key={b}\nendpoint=198.18.0.1:1\nbogus=1\npublic_key={a}\n\n"
+    );
+    let mut seen = Vec::new();
+    let res = Change::parse_each(&body, |part| {
+        seen.push(match part {
+            Part::Device(s) => s.to_string(),
+            Part::Peer(p) => format!("peer {} settings", p.settings().len()),
+        });
+        Ok(())
+    });
+    assert!(res.unwrap_err().to_string().contains("bogus"));
+    assert_eq!(seen, ["listen_port=1", "peer 1 settings", "peer 1 settings"]);
+    // The same parts as parse_partial's Change, in the same order.
+    let (change, err) = Change::parse_partial(&body);
+    assert!(err.is_some());
+    assert_eq!((change.device_settings().len(), change.peers().len()), (1, 2));
+
+    let mut applied = 0;
+    let res = Change::parse_each(&body, |_| {
+        applied += 1;
+        if applied == 2 {
+            return Err(IpcError::invalid("refused"));
+        }
+        Ok(())
+    });
+    assert!(res.unwrap_err().to_string().ends_with("refused"));
+    assert_eq!(applied, 2, "nothing after the refused part");
+}
 
 #[test]
 fn rendered_set_parses_to_the_same_change() {

@@ -58,13 +58,51 @@ impl Change {
     /// error: what came before a bad line stays applied.
     pub fn parse_partial(text: &str) -> (Change, Option<IpcError>) {
         let mut change = Change::new();
+        let res = Change::parse_each(text, |part| {
+            match part {
+                Part::Device(s) => change.push_device(s),
+                Part::Peer(p) => change.push_peer(p),
+            }
+            Ok(())
+        });
+        (change, res.err())
+    }
+
+    /// Parses a `set` body one part at a time, handing each to `apply` as soon as it is whole
+    /// (a device setting at its line, a peer section at the next `public_key` line or the end),
+    /// so a body of a hundred thousand peers never exists parsed all at once. Stops at the first
+    /// bad line, after handing over what came before it (the section it cut short included),
+    /// and returns its error; or at the first error `apply` returns, which it returns.
+    pub fn parse_each(
+        text: &str,
+        mut apply: impl FnMut(Part) -> Result<(), IpcError>,
+    ) -> Result<(), IpcError> {
+        let mut peer: Option<PeerChange> = None;
+        let mut bad_line = None;
         for line in body_lines(text) {
-            if let Err(e) = parse_set_line(&mut change, line) {
-                return (change, Some(e));
+            match parse_part_line(&mut peer, line) {
+                Ok(Some(part)) => apply(part)?,
+                Ok(None) => {}
+                Err(e) => {
+                    bad_line = Some(e);
+                    break;
+                }
             }
         }
-        (change, None)
+        if let Some(p) = peer {
+            apply(Part::Peer(p))?;
+        }
+        bad_line.map_or(Ok(()), Err)
     }
+}
+
+/// One whole part of a `set` body, as [`Change::parse_each`] hands it over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// A device setting (they come before the first peer section).
+    Device(DeviceSetting),
+    /// A peer section: its public key and settings.
+    Peer(PeerChange),
 }
 
 impl FromStr for Change {
@@ -79,20 +117,21 @@ impl FromStr for Change {
     }
 }
 
-fn parse_set_line(change: &mut Change, line: &str) -> Result<(), IpcError> {
+/// One line of a `set` body, with `peer` the section being read: a part that is now whole, if
+/// any (a device setting; the previous section, closed by a `public_key` line).
+fn parse_part_line(peer: &mut Option<PeerChange>, line: &str) -> Result<Option<Part>, IpcError> {
     let (key, value) = split_line(line)?;
     if key == "public_key" {
-        change.push_peer(PeerChange::new(public_key(value)?));
-        return Ok(());
+        let next = PeerChange::new(public_key(value)?);
+        return Ok(peer.replace(next).map(Part::Peer));
     }
-    match change.last_peer_mut() {
-        None => {
-            let s = device_setting(key, value)?;
-            change.push_device(s);
+    match peer {
+        None => Ok(Some(Part::Device(device_setting(key, value)?))),
+        Some(p) => {
+            p.push(peer_setting(key, value)?);
+            Ok(None)
         }
-        Some(peer) => peer.push(peer_setting(key, value)?),
     }
-    Ok(())
 }
 
 fn device_setting(key: &str, value: &str) -> Result<DeviceSetting, IpcError> {
