@@ -179,11 +179,17 @@ fn a_set_body_is_handed_over_part_by_part() {
         Ok(())
     });
     assert!(res.unwrap_err().to_string().contains("bogus"));
-    assert_eq!(seen, ["listen_port=1", "peer 1 settings", "peer 1 settings"]);
+    assert_eq!(
+        seen,
+        ["listen_port=1", "peer 1 settings", "peer 1 settings"]
+    );
     // The same parts as parse_partial's Change, in the same order.
     let (change, err) = Change::parse_partial(&body);
     assert!(err.is_some());
-    assert_eq!((change.device_settings().len(), change.peers().len()), (1, 2));
+    assert_eq!(
+        (change.device_settings().len(), change.peers().len()),
+        (1, 2)
+    );
 
     let mut applied = 0;
     let res = Change::parse_each(&body, |_| {
