@@ -508,18 +508,11 @@ impl LinuxTun {
             let room = buf.len();
             let mut pieces = [io::IoSliceMut::new(buf), io::IoSliceMut::new(&mut st.frame)];
             let read = |fd: BorrowedFd<'_>| sys::readv(fd, &mut pieces);
-            // Busy (the first read did not wait): read ahead, non-blocking, into the next buffers.
-            let n = if total == 0 {
-                let (n, waited) = self.read_waiting(read)?;
-                if waited && n <= room {
-                    sizes[0] = n;
-                    total = 1;
-                    break;
-                }
-                n
+            let (n, waited) = if total == 0 {
+                self.read_waiting(read)?
             } else {
                 match self.try_read_with(read) {
-                    Some(n) => n,
+                    Some(n) => (n, false),
                     None => break,
                 }
             };
@@ -532,6 +525,11 @@ impl LinuxTun {
             }
             sizes[total] = n;
             total += 1;
+            // Idle (the first read waited): the packet goes at once. Busy: read ahead,
+            // non-blocking, into the next buffers.
+            if waited {
+                break;
+            }
         }
         self.count_reads(total as u64, total, 0);
         Ok(total)
