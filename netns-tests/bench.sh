@@ -178,7 +178,8 @@ done
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== load average at start: $LOAD_START"
 label() { case "$1" in veth) echo "plain veth" ;; vpn) echo "vpn" ;; base) echo "vpn $BASE ($BASE_REV)" ;; wggo) echo "wireguard-go" ;; boringtun) echo "boringtun-cli" ;; esac; }
-record() { echo "$1 $2 $3" >>"$RES"; }   # impl metric value
+# impl metric value [run]: RUN, set by the run loop, pairs an A/B's arms run by run.
+record() { echo "$1 $2 $3 ${RUN:-}" >>"$RES"; }
 
 # median, min, max of a metric: "med min max" (empty if no values).
 stat() {
@@ -202,6 +203,31 @@ rtt_cell() {
     [ -n "$s" ] || { echo "–"; return; }
     read -r m lo hi mean <<<"$s"
     echo "$m ($lo..$hi; mean $mean)"
+}
+# The A/B's ratios $1/$2 of metric $3 paired by run (both arms ran back to back, so a pair
+# shares the machine's state): "median geometric-mean standard-error pairs higher", higher
+# counting the pairs where $1's figure is the larger. The medians' ratio alone can swing by
+# 10-20 % between A/Bs of one tree on this VM, whose runs fall into a fast and a slow mode
+# that takes either arm; the pairs and their spread say how far a ratio can be trusted.
+paired() {
+    awk -v a="$1" -v b="$2" -v m="$3" '
+        $2 == m && $3 != "nan" && $4 != "" { if ($1 == a) x[$4] = $3; else if ($1 == b) y[$4] = $3 }
+        END {
+            for (r in x) if ((r in y) && x[r] > 0 && y[r] > 0) { q = x[r] / y[r]; v[++n] = q; s += log(q); up += q > 1 }
+            if (n == 0) exit
+            for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+            med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+            g = s / n; for (i = 1; i <= n; i++) d += (log(v[i]) - g) ^ 2
+            se = (n > 1) ? exp(g) * sqrt(d / (n - 1) / n) : 0
+            printf "%.3f %.3f %.3f %d %d\n", med, exp(g), se, n, up
+        }' "$RES"
+}
+# paired()'s figures as text: "0.98× (geometric mean 0.97× ± 0.03, higher in 7 of 16)".
+paired_cell() {
+    local s; s="$(paired "$@")"
+    [ -n "$s" ] || { echo "n/a"; return; }
+    read -r med g se n up <<<"$s"
+    echo "${med}× (geometric mean ${g}× ± ${se}, higher in $up of $n)"
 }
 ratio() {
     local a b; a="$(med "$1" "$3")"; b="$(med "$2" "$3")"
@@ -295,7 +321,7 @@ for run in $(seq "$RUNS"); do
     [ $((run % 2)) -eq 0 ] && order="$(echo "$IMPLS" | tr ' ' '\n' | tac | tr '\n' ' ')"
     for impl in $order; do
         echo "== $(label "$impl") run $run"
-        bench_run "$impl" "$run" || echo "== $(label "$impl") run $run failed"
+        RUN="$run" bench_run "$impl" "$run" || echo "== $(label "$impl") run $run failed"
     done
 done
 
@@ -392,6 +418,11 @@ section() {
         echo "- A/B against $BASE ($BASE_REV), same run: TCP 1 stream $(ratio vpn base tcp1), TCP 4 streams $(ratio vpn base tcp4),"
         echo "  UDP 64 B delivered $(ratio vpn base udppps), CPU-s/GB $(ratio vpn base cpugb) (lower is better),"
         echo "  RTT median vpn $(pct vpn rtt | cut -d' ' -f1) ms, base $(pct base rtt | cut -d' ' -f1) ms."
+        echo "- The same A/B paired by run (vpn/base of each run's two arms, which ran back to back: the"
+        echo "  median of the $RUNS ratios, their geometric mean ± its standard error, and in how many runs"
+        echo "  vpn's figure was the higher):"
+        echo "  TCP 1 stream $(paired_cell vpn base tcp1); TCP 4 streams $(paired_cell vpn base tcp4);"
+        echo "  UDP 64 B delivered $(paired_cell vpn base udppps); CPU-s/GB $(paired_cell vpn base cpugb)."
     fi
     if [ -n "${BENCH_NOTES:-}" ] && [ -f "$BENCH_NOTES" ]; then echo; cat "$BENCH_NOTES"; fi
 }

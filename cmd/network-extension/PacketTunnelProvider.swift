@@ -55,8 +55,8 @@ class PacketTunnelProvider: NEPacketTunnelProvider {
     /// The key of the wg-quick file's text in `NETunnelProviderProtocol.providerConfiguration`.
     static let configKey = "wgQuickConfig"
     /// The key of the packet-memory cap in bytes (a number) in `providerConfiguration`:
-    /// `wgSetMemoryBudget`'s value, 0 for no cap. Absent, the library's setting stays as it is
-    /// (its default, 32 MiB, in a new extension process).
+    /// `wgSetMemoryBudget`'s value, 0 for no cap. Absent, the library's default
+    /// (`WG_DEFAULT_MEMORY_BUDGET`, 32 MiB), also in a process an earlier start set a cap in.
     static let memoryBudgetKey = "memoryBudget"
 
     /// Every access to `handle` and the path monitor happens on this queue.
@@ -96,12 +96,17 @@ class PacketTunnelProvider: NEPacketTunnelProvider {
         }
     }
 
-    /// Sets the cap on packet memory of the tunnel `wgTurnOn` starts, when the provider
-    /// configuration has one. A value that is not a whole number, or that the library refuses
-    /// (-22: negative, or below 1 MiB), refuses the start: an extension that asked for a cap
-    /// under its memory limit must not run without it.
+    /// Sets the cap on packet memory of the tunnel `wgTurnOn` starts: the provider
+    /// configuration's, or the library's default when it has none (the setting belongs to the
+    /// process, which may have run an earlier start with another configuration). A value that
+    /// is not a whole number, or that the library refuses (-22: negative, or below 1 MiB),
+    /// refuses the start: an extension that asked for a cap under its memory limit must not
+    /// run without it.
     private static func setMemoryBudget(from config: [String: Any]?) -> TunnelError? {
-        guard let value = config?[memoryBudgetKey] else { return nil }
+        guard let value = config?[memoryBudgetKey] else {
+            _ = wgSetMemoryBudget(Int64(WG_DEFAULT_MEMORY_BUDGET))
+            return nil
+        }
         guard let number = value as? NSNumber, let bytes = Int64(exactly: number),
               wgSetMemoryBudget(bytes) == 0 else {
             return TunnelError.badMemoryBudget("\(value)")

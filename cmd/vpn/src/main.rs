@@ -3,13 +3,15 @@
 //! - `vpn [--foreground] <ifname>`: the daemon, started the way `wg-quick` starts wireguard-go
 //!   (`WG_QUICK_USERSPACE_IMPLEMENTATION=vpn`); `wg` configures it through
 //!   `/var/run/wireguard/<ifname>.sock`.
-//! - `vpn up <config|name>` / `vpn down <config|name>`: wg-quick-style tunnels.
+//! - `vpn up [daemon options] <config|name>` / `vpn down <config|name>`: wg-quick-style
+//!   tunnels.
 //! - `vpn show [ifname]`, `vpn genkey`, `vpn pubkey`.
 //!
 //! The daemon's options (`--memory-budget`, …, each also read from its `VPN_*` variable) belong
-//! to the daemon form alone: a subcommand never reads the variables, so a stray or bad one in
-//! the environment stops only a daemon (`vpn up` starts its daemon as `vpn <ifname>`, which
-//! inherits them).
+//! to the daemon form and to `vpn up`, which starts a daemon: the other subcommands never read
+//! the variables, so a stray or bad one in the environment stops only what starts a daemon.
+//! `vpn up` starts its daemon as `vpn [the options given on its command line] <ifname>`, and
+//! the daemon inherits the variables.
 
 #![forbid(unsafe_code)]
 
@@ -50,8 +52,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Bring up a tunnel from a wg-quick config file (path, or a name under /etc/wireguard).
-    Up(quick::Args),
+    /// Bring up a tunnel from a wg-quick config file (path, or a name under /etc/wireguard);
+    /// daemon options given here go to the daemon it starts.
+    Up(quick::UpArgs),
     /// Take down a tunnel brought up with `vpn up`.
     Down(quick::Args),
     /// Show interfaces as `wg show` does, plus batching statistics.
@@ -86,15 +89,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// The command line. A subcommand is parsed without the daemon's variables (its matches hold
-/// the options' defaults, which nothing reads); everything else (the daemon form, `--help`,
-/// `--version`, a usage error) is parsed again with them, so that `vpn --help` shows each
-/// variable and the daemon validates them.
+/// The command line. A subcommand is parsed without the daemon form's variables (its matches
+/// hold the options' defaults, which nothing reads; `vpn up`'s own daemon options keep theirs);
+/// everything else (the daemon form, `--help`, `--version`, a usage error) is parsed again with
+/// them, so that `vpn --help` shows each variable and the daemon validates them.
 fn parse_cli(args: Vec<OsString>) -> Cli {
     let without_variables = Cli::command().mut_args(|a| a.env(None));
     match without_variables.try_get_matches_from(&args) {
         Ok(m) if m.subcommand().is_some() => {
-            Cli::from_arg_matches(&m).unwrap_or_else(|e| e.format(&mut Cli::command()).exit())
+            let mut cli =
+                Cli::from_arg_matches(&m).unwrap_or_else(|e| e.format(&mut Cli::command()).exit());
+            if let (Some(Cmd::Up(up)), Some(("up", sub))) = (&mut cli.cmd, m.subcommand()) {
+                up.daemon_flags = daemon::command_line_flags(sub);
+            }
+            cli
         }
         _ => Cli::parse_from(args),
     }

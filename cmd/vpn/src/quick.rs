@@ -17,6 +17,7 @@
 //! neither is installed, and `down` removes them.
 
 use std::cell::RefCell;
+use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Write as _};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant};
 use vpn_config::{Config, IpPrefix, Table};
 use vpn_uapi::client;
 
+use crate::daemon::DaemonOptions;
 use crate::Error;
 
 mod darwin;
@@ -39,6 +41,22 @@ pub struct Args {
     /// A config file `<ifname>.conf`, or a bare interface name meaning
     /// `/etc/wireguard/<ifname>.conf`.
     pub config: String,
+}
+
+/// Arguments of `vpn up`: the tunnel, and options for the daemon it starts.
+#[derive(clap::Args, Debug)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub tunnel: Args,
+    /// The daemon's options as `vpn up` parsed them (flags and variables): a bad value stops
+    /// `vpn up` before anything changes, with an error naming the flag.
+    #[command(flatten)]
+    pub daemon: DaemonOptions,
+    /// The daemon options given on `vpn up`'s command line, as `--flag=value`, for the daemon
+    /// it starts (which reads the variables itself, as it inherits them). Filled from the
+    /// matches by [`crate::daemon::command_line_flags`]; clap leaves it empty.
+    #[arg(skip)]
+    pub daemon_flags: Vec<OsString>,
 }
 
 /// Where bare names are looked up.
@@ -443,16 +461,17 @@ struct Done {
 
 /// `vpn up <config|name>`: the Linux steps, or on macOS those of wg-quick's darwin script
 /// (`quick/darwin.rs`; both are compiled everywhere, so each is type-checked on both systems).
-pub fn up(args: &Args) -> Result<(), Error> {
+pub fn up(args: &UpArgs) -> Result<(), Error> {
+    tracing::debug!(options = ?args.daemon, flags = ?args.daemon_flags, "the daemon's options");
     if cfg!(target_os = "macos") {
-        return darwin::up(args);
+        return darwin::up(&args.tunnel, &args.daemon_flags);
     }
-    let t = load(&args.config)?;
+    let t = load(&args.tunnel.config)?;
     if link_exists(&t.ifname) {
         return Err(format!("`{}' already exists", t.ifname).into());
     }
     let mut done = Done::default();
-    match up_steps(&t, &mut done) {
+    match up_steps(&t, &args.daemon_flags, &mut done) {
         Ok(()) => Ok(()),
         Err(e) => {
             if link_exists(&t.ifname) || client::socket_path(&uapi_dir(), &t.ifname).exists() {
@@ -463,7 +482,7 @@ pub fn up(args: &Args) -> Result<(), Error> {
     }
 }
 
-fn up_steps(t: &Tunnel, done: &mut Done) -> Result<(), Error> {
+fn up_steps(t: &Tunnel, daemon_flags: &[OsString], done: &mut Done) -> Result<(), Error> {
     let ifname = t.ifname.as_str();
     // The firewall tool a default route needs is checked before anything changes.
     let routes = route_list(&t.config);
@@ -477,7 +496,7 @@ fn up_steps(t: &Tunnel, done: &mut Done) -> Result<(), Error> {
     } else {
         None
     };
-    start_daemon(ifname)?;
+    start_daemon(ifname, daemon_flags)?;
     run_hooks(&t.config.interface.pre_up, ifname)?;
 
     let resolved = RefCell::new(Vec::new());
@@ -596,16 +615,17 @@ fn up_steps(t: &Tunnel, done: &mut Done) -> Result<(), Error> {
     run_hooks(&t.config.interface.post_up, ifname)
 }
 
-/// Runs the daemon (it detaches once the TUN and its socket exist) and waits until the
-/// socket answers.
-fn start_daemon(ifname: &str) -> Result<(), Error> {
+/// Runs the daemon with `flags` (it detaches once the TUN and its socket exist) and waits
+/// until the socket answers.
+fn start_daemon(ifname: &str, flags: &[OsString]) -> Result<(), Error> {
     let prog = match std::env::var_os("VPN_DAEMON") {
         Some(p) => PathBuf::from(p),
         None => std::env::current_exe().map_err(|e| format!("cannot find the vpn binary: {e}"))?,
     };
-    let cmdline = vec![prog.to_string_lossy().into_owned(), ifname.to_owned()];
+    let cmdline = daemon_cmdline(&prog, flags, ifname);
     eprintln!("[#] {}", show(&cmdline));
     let status = Command::new(&prog)
+        .args(flags)
         .arg(ifname)
         .stdin(Stdio::null())
         .status()
@@ -630,6 +650,15 @@ fn start_daemon(ifname: &str) -> Result<(), Error> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The daemon's command line as `[#]` prints it: the program, `flags`, then `last`.
+fn daemon_cmdline(prog: &Path, flags: &[OsString], last: &str) -> Vec<String> {
+    std::iter::once(prog.as_os_str())
+        .chain(flags.iter().map(OsString::as_os_str))
+        .map(|a| a.to_string_lossy().into_owned())
+        .chain([last.to_owned()])
+        .collect()
 }
 
 /// The MTU of the path to each endpoint, else of the default route (wg-quick's

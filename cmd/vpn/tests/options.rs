@@ -1,7 +1,8 @@
 //! The daemon's options as the `vpn` binary takes them: `vpn --help` lists every flag with its
 //! environment variable, a bad value stops the daemon with an error naming the flag while the
 //! subcommands that start no daemon ignore the variables, and (as root, in a namespace) a flag
-//! and its variable reach a detached daemon alike, and `vpn up`'s daemon gets the variables.
+//! and its variable reach a detached daemon alike, and `vpn up` checks the options and hands
+//! those on its command line to its daemon.
 
 mod common;
 use std::process::Command;
@@ -140,7 +141,7 @@ mod detached {
     use super::VPN;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
-    use std::process::Command;
+    use std::process::{Command, Output};
 
     /// The `stats=1` reply of the daemon serving `ifname`.
     fn stats(ifname: &str) -> String {
@@ -192,34 +193,95 @@ mod detached {
         }
     }
 
-    /// `vpn up` starts its daemon as `vpn <ifname>`, which inherits the variables: a bad one
-    /// stops the daemon, naming the flag, before the interface exists, and `vpn up` fails.
+    /// A namespace and a wg-quick file with only a private key, for `vpn up` in it.
+    struct UpLab {
+        ns: String,
+        ifname: String,
+        conf: String,
+        _lab: Lab,
+    }
+
+    impl UpLab {
+        fn new(tag: &str, prefix: &str, short: &str) -> UpLab {
+            let mut lab = Lab::new(tag, prefix, short);
+            let ns = lab.netns("n");
+            let ifname = lab.ifname("u");
+            let key = Command::new(VPN).arg("genkey").output().unwrap().stdout;
+            let conf = lab.file(
+                &format!("{ifname}.conf"),
+                &format!(
+                    "[Interface]\nPrivateKey = {}\n",
+                    String::from_utf8_lossy(&key).trim()
+                ),
+            );
+            UpLab {
+                ns,
+                ifname,
+                conf,
+                _lab: lab,
+            }
+        }
+
+        /// `vpn <cmd> [flags] <conf>` in the namespace, with the variable `env` if given.
+        fn vpn(&self, cmd: &str, flags: &[&str], env: Option<(&str, &str)>) -> Output {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &self.ns, VPN, cmd]).args(flags);
+            if let Some((k, v)) = env {
+                c.env(k, v);
+            }
+            c.arg(&self.conf).output().unwrap()
+        }
+
+        /// `out` is `vpn up` refusing a bad memory budget, naming the flag, with no link made.
+        fn assert_refused_budget(&self, out: &Output) {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{err}");
+            assert!(err.contains("--memory-budget"), "{err}");
+            let link = run(&["ip", "-n", &self.ns, "link", "show", "dev", &self.ifname]);
+            assert!(!link.status.success(), "{} exists", self.ifname);
+        }
+    }
+
+    /// `vpn up` hands the daemon options on its command line to the daemon it starts
+    /// (`--tun-offload=off`: a plain TUN), and refuses a bad one, naming the flag, before
+    /// anything exists.
     #[test]
-    fn a_bad_variable_stops_the_daemon_vpn_up_starts() {
+    fn vpn_up_passes_its_daemon_options_to_the_daemon() {
         if let Some(why) = skip_reason(&["ip"]) {
             eprintln!("skipped: {why}");
             return;
         }
-        let mut lab = Lab::new("u", "op-", "op");
-        let ns = lab.netns("n");
-        let ifname = lab.ifname("u");
-        let key = Command::new(VPN).arg("genkey").output().unwrap().stdout;
-        let conf = lab.file(
-            &format!("{ifname}.conf"),
-            &format!(
-                "[Interface]\nPrivateKey = {}\n",
-                String::from_utf8_lossy(&key).trim()
-            ),
-        );
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns, VPN, "up", &conf])
-            .env("VPN_MEMORY_BUDGET", "lots")
-            .output()
-            .unwrap();
+        let t = UpLab::new("w", "ow-", "ow");
+        t.assert_refused_budget(&t.vpn("up", &["--memory-budget=lots"], None));
+
+        let out = t.vpn("up", &["--tun-offload=off", "--memory-budget", "16M"], None);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{err}");
-        assert!(err.contains("--memory-budget"), "{err}");
-        let link = run(&["ip", "-n", &ns, "link", "show", "dev", &ifname]);
-        assert!(!link.status.success(), "{ifname} exists");
+        assert!(out.status.success(), "{err}");
+        let started = err
+            .lines()
+            .find(|l| l.starts_with("[#] ") && l.ends_with(&format!(" {}", t.ifname)))
+            .unwrap_or_else(|| panic!("no daemon command line: {err}"));
+        for flag in [" --tun-offload=off ", " --memory-budget=16M "] {
+            assert!(started.contains(flag), "{flag} missing: {started}");
+        }
+        assert!(stats(&t.ifname).contains("tun.offload=0\n"));
+        let out = t.vpn("down", &[], None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `vpn up` reads the daemon's variables as its daemon would: a bad one stops it, naming
+    /// the flag, before the interface exists.
+    #[test]
+    fn a_bad_variable_stops_vpn_up() {
+        if let Some(why) = skip_reason(&["ip"]) {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let t = UpLab::new("u", "op-", "op");
+        t.assert_refused_budget(&t.vpn("up", &[], Some(("VPN_MEMORY_BUDGET", "lots"))));
     }
 }

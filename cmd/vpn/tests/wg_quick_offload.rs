@@ -46,7 +46,11 @@ impl Drop for Setup {
                 }
             }
         }
-        std::thread::sleep(Duration::from_millis(200));
+        // The daemons exit once their links are gone; what is left after 2 s is killed.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline && self.ns.iter().any(|ns| !ns_pids(ns).is_empty()) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         for (ns, ifname) in self.ns.iter().zip(&self.ifs) {
             if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
                 for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
@@ -58,6 +62,15 @@ impl Drop for Setup {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The processes in namespace `ns` (none if it is gone).
+fn ns_pids(ns: &str) -> String {
+    Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
 }
 
 fn genkey() -> (String, String) {

@@ -12,6 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The packet-memory cap, in bytes, of a process that never called [`wgSetMemoryBudget`]:
+// 32 MiB. A host whose configuration no longer names a cap passes it to put the default back
+// (the setting is the process's, and a network extension's process may outlive a start).
+#define WG_DEFAULT_MEMORY_BUDGET 33554432
+
+// The least cap [`wgSetMemoryBudget`] takes other than 0 (no cap): 1 MiB.
+#define WG_MIN_MEMORY_BUDGET 1048576
+
 // A log callback: `context` is what was given to [`wgSetLogger`], `level` is 0 for verbose
 // lines and 1 for errors (and warnings), `msg` a NUL-terminated line valid during the call.
 typedef void (*logger_fn_t)(void *context, int level, const char *msg);
@@ -31,10 +39,11 @@ void wgSetLogger(void *context, logger_fn_t logger_fn);
 // Sets the cap on packet memory, in bytes, of every tunnel [`wgTurnOn`] starts after this call
 // (each tunnel has a cap of its own; a running tunnel keeps the one it started with). The cap
 // covers every reader's buffers and the packets in flight, both directions; a network
-// extension under a per-process memory limit lowers it from the default 32 MiB
-// (`docs/performance.md`, "Memory", measures a process at 16 MiB). 0 means no cap. Returns
-// 0, or -22 (`EINVAL`, the setting unchanged) for a negative value or one below 1 MiB (the
-// least the readers need; a tunnel may still raise its cap to what its MTU and batches need).
+// extension under a per-process memory limit lowers it from the default,
+// [`WG_DEFAULT_MEMORY_BUDGET`] (`docs/performance.md`, "Memory", measures a process at
+// 16 MiB). 0 means no cap. Returns 0, or -22 (`EINVAL`, the setting unchanged) for a
+// negative value or one below [`WG_MIN_MEMORY_BUDGET`] (the least the readers need; a tunnel
+// may still raise its cap to what its MTU and batches need).
 int wgSetMemoryBudget(int64_t bytes);
 
 // Starts a tunnel on the TUN `tun_fd` (a utun fd on Apple systems, a `/dev/net/tun` fd set to

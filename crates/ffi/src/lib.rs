@@ -79,13 +79,25 @@ pub unsafe extern "C" fn wgSetLogger(context: *mut c_void, logger_fn: logger_fn_
     guard("wgSetLogger", (), || logger::set(context, logger_fn))
 }
 
+/// The packet-memory cap, in bytes, of a process that never called [`wgSetMemoryBudget`]:
+/// 32 MiB. A host whose configuration no longer names a cap passes it to put the default back
+/// (the setting is the process's, and a network extension's process may outlive a start).
+pub const WG_DEFAULT_MEMORY_BUDGET: i64 = 33554432;
+/// The least cap [`wgSetMemoryBudget`] takes other than 0 (no cap): 1 MiB.
+pub const WG_MIN_MEMORY_BUDGET: i64 = 1048576;
+const _: () = assert!(
+    WG_DEFAULT_MEMORY_BUDGET as usize == vpn_device::DEFAULT_MEMORY_BUDGET
+        && WG_MIN_MEMORY_BUDGET as usize == vpn_device::MIN_MEMORY_BUDGET
+);
+
 /// Sets the cap on packet memory, in bytes, of every tunnel [`wgTurnOn`] starts after this call
 /// (each tunnel has a cap of its own; a running tunnel keeps the one it started with). The cap
 /// covers every reader's buffers and the packets in flight, both directions; a network
-/// extension under a per-process memory limit lowers it from the default 32 MiB
-/// (`docs/performance.md`, "Memory", measures a process at 16 MiB). 0 means no cap. Returns
-/// 0, or -22 (`EINVAL`, the setting unchanged) for a negative value or one below 1 MiB (the
-/// least the readers need; a tunnel may still raise its cap to what its MTU and batches need).
+/// extension under a per-process memory limit lowers it from the default,
+/// [`WG_DEFAULT_MEMORY_BUDGET`] (`docs/performance.md`, "Memory", measures a process at
+/// 16 MiB). 0 means no cap. Returns 0, or -22 (`EINVAL`, the setting unchanged) for a
+/// negative value or one below [`WG_MIN_MEMORY_BUDGET`] (the least the readers need; a tunnel
+/// may still raise its cap to what its MTU and batches need).
 #[no_mangle]
 pub extern "C" fn wgSetMemoryBudget(bytes: i64) -> c_int {
     guard("wgSetMemoryBudget", ERR_INVALID, || {

@@ -543,7 +543,9 @@ fn c_host_carries_ping_and_tcp_with_a_vpn_daemon_and_its_config_round_trips() {
 }
 
 /// `wgSetMemoryBudget` from C: 0 (no cap) and 1 MiB or more are taken, a negative value or
-/// one below 1 MiB gets -22 (EINVAL). Needs only `cc`, no root.
+/// one below 1 MiB gets -22 (EINVAL); the header's `WG_DEFAULT_MEMORY_BUDGET` (what a host
+/// passes to put the default back) and `WG_MIN_MEMORY_BUDGET` are the library's. Needs only
+/// `cc`, no root.
 #[test]
 fn memory_budget_from_c_takes_sizes_and_refuses_bad_values() {
     if Command::new("cc").arg("--version").output().is_err() {
@@ -559,6 +561,8 @@ fn memory_budget_from_c_takes_sizes_and_refuses_bad_values() {
             "1048576",
             "16777216",
             "-9223372036854775808",
+            "default",
+            "min",
         ])
         .output()
         .expect("run the C host");
@@ -566,7 +570,8 @@ fn memory_budget_from_c_takes_sizes_and_refuses_bad_values() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "BUDGET -1 -22\nBUDGET 0 0\nBUDGET 1048575 -22\nBUDGET 1048576 0\n\
-         BUDGET 16777216 0\nBUDGET -9223372036854775808 -22\n"
+         BUDGET 16777216 0\nBUDGET -9223372036854775808 -22\nBUDGET 33554432 0\n\
+         BUDGET 1048576 0\n"
     );
 }
 

@@ -71,6 +71,40 @@ fn the_host_calls_only_declared_functions_and_sets_the_memory_budget() {
     for f in ["wgSetLogger", "wgSetMemoryBudget", "wgTurnOn", "wgTurnOff"] {
         assert!(calls.contains(&f), "the host never calls {f}: {calls:?}");
     }
+    // The header's constants the host names are defined there, as plain numbers (Swift
+    // imports a macro only when it is a literal or simple arithmetic on literals).
+    let constants = wg_constants(&source);
+    assert!(
+        constants.contains(&"WG_DEFAULT_MEMORY_BUDGET"),
+        "a missing memoryBudget puts the default back: {constants:?}"
+    );
+    for c in constants {
+        let defined = header.lines().any(|l| {
+            l.strip_prefix("#define ")
+                .and_then(|d| d.strip_prefix(c))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .is_some()
+        });
+        assert!(defined, "{c} is not a number #defined in wireguard.h");
+    }
+}
+
+/// The `WG_…` names (the header's constants) in Swift source.
+fn wg_constants(src: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = src
+        .match_indices("WG_")
+        .filter(|&(i, _)| !src[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        .map(|(i, _)| {
+            let rest = &src[i..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 #[test]

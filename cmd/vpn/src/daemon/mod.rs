@@ -34,7 +34,7 @@ use vpn_sys::daemon as sys;
 use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
 
 mod options;
-pub use options::{forget_empty_variables, DaemonOptions};
+pub use options::{command_line_flags, forget_empty_variables, DaemonOptions};
 
 #[cfg(target_os = "linux")]
 mod linux;

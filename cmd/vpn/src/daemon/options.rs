@@ -2,9 +2,11 @@
 //! variable (`VPN_CONNECTED_SOCKETS=1` as `--connected-sockets`), since `wg-quick` starts the
 //! daemon as `vpn <ifname>` and passes nothing else. A flag on the command line wins over the
 //! variable. Parsed once, by clap, into [`DaemonOptions`]; a bad value stops the daemon with an
-//! error that names the flag. Only the daemon form reads the variables (`main.rs`): the
-//! subcommands, which start no daemon, ignore them.
+//! error that names the flag. Only the daemon form and `vpn up` (which starts one) read them
+//! (`main.rs`): the subcommands that start no daemon ignore them.
 
+use clap::parser::ValueSource;
+use std::ffi::OsString;
 use std::time::Duration;
 use vpn_conn::ConnectedOptions;
 
@@ -142,6 +144,29 @@ impl DaemonOptions {
             ..ConnectedOptions::default()
         }
     }
+}
+
+/// The daemon options `matches` (of a command that flattens [`DaemonOptions`], as `vpn up`)
+/// took from the command line, as `--flag=value` arguments that give a daemon the same
+/// options; those that came from a variable or a default are left out (the daemon reads the
+/// same variables and has the same defaults). A switch given bare (`--connected-sockets`)
+/// passes on as its implied value (`=on`).
+pub fn command_line_flags(matches: &clap::ArgMatches) -> Vec<OsString> {
+    use clap::Args as _;
+    let options = DaemonOptions::augment_args(clap::Command::new("daemon"));
+    options
+        .get_arguments()
+        .filter_map(|arg| {
+            let id = arg.get_id().as_str();
+            if matches.value_source(id) != Some(ValueSource::CommandLine) {
+                return None;
+            }
+            let value = matches.get_raw(id)?.next_back()?;
+            let mut flag = OsString::from(format!("--{}=", arg.get_long()?));
+            flag.push(value);
+            Some(flag)
+        })
+        .collect()
 }
 
 /// Unsets every option variable of `cmd` that is set but empty, so that `VPN_X= vpn wg0` means
@@ -422,5 +447,58 @@ mod tests {
         ] {
             assert!(parse_size::<u64>(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// What `vpn up` forwards: the options its command line set, each as `--flag=value`, and
+    /// nothing a variable or a default set; the daemon form parses them into the same options.
+    #[test]
+    fn command_line_flags_give_a_daemon_the_same_options() {
+        use clap::CommandFactory;
+        let _held = env_lock();
+        for v in daemon_vars() {
+            std::env::remove_var(v);
+        }
+        std::env::set_var("VPN_CONNECTED_MAX_SOCKETS", "8");
+        let args = [
+            "vpn",
+            "--memory-budget",
+            "16M",
+            "--connected-sockets",
+            "--log-file=/tmp/d.log",
+            "--connected-idle-ms=1500",
+            "wg0",
+        ];
+        let matches = Cmd::command().try_get_matches_from(args).unwrap();
+        std::env::remove_var("VPN_CONNECTED_MAX_SOCKETS");
+        let flags = command_line_flags(&matches);
+        let mut sorted: Vec<_> = flags.iter().map(|f| f.to_str().unwrap()).collect();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            [
+                "--connected-idle-ms=1500",
+                "--connected-sockets=on",
+                "--log-file=/tmp/d.log",
+                "--memory-budget=16M",
+            ]
+        );
+        let given = <Cmd as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
+        assert_eq!(given.opts.connected_max_sockets, 8);
+        let forwarded = Cmd::try_parse_from(
+            std::iter::once("vpn".into())
+                .chain(flags)
+                .chain(["wg0".into()]),
+        )
+        .unwrap();
+        // The variable is the daemon's to read (it inherits it); everything else matches.
+        assert_eq!(
+            DaemonOptions {
+                connected_max_sockets: 8,
+                ..forwarded.opts
+            },
+            given.opts
+        );
+        let none = Cmd::command().try_get_matches_from(["vpn", "wg0"]).unwrap();
+        assert!(command_line_flags(&none).is_empty());
     }
 }

@@ -21,6 +21,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -32,7 +33,8 @@ use vpn_config::{Config, IpPrefix, Table};
 use vpn_uapi::client;
 
 use super::{
-    choose_mtu, link_mtu, load, query, route_list, run, run_hooks, show, uapi_set, Args, Tunnel,
+    choose_mtu, daemon_cmdline, link_mtu, load, query, route_list, run, run_hooks, show, uapi_set,
+    Args, Tunnel,
 };
 use crate::Error;
 
@@ -399,7 +401,7 @@ fn run_steps(steps: &[Step]) -> Result<(), Error> {
 }
 
 /// `vpn up` on macOS.
-pub fn up(args: &Args) -> Result<(), Error> {
+pub fn up(args: &Args, daemon_flags: &[OsString]) -> Result<(), Error> {
     let t = load(&args.config)?;
     check_table(&t.config.interface.table)?;
     if find_real_interface(&t.ifname).is_some() {
@@ -407,7 +409,7 @@ pub fn up(args: &Args) -> Result<(), Error> {
     }
     let mut undo = Vec::new();
     let mut real = None;
-    let res = up_steps(&t, &mut real, &mut undo);
+    let res = up_steps(&t, daemon_flags, &mut real, &mut undo);
     if res.is_err() {
         if let Some(real) = real {
             take_down(&t.ifname, &real, &undo);
@@ -416,8 +418,13 @@ pub fn up(args: &Args) -> Result<(), Error> {
     res
 }
 
-fn up_steps(t: &Tunnel, real: &mut Option<String>, undo: &mut Vec<Step>) -> Result<(), Error> {
-    let r = start_daemon(&t.ifname)?;
+fn up_steps(
+    t: &Tunnel,
+    daemon_flags: &[OsString],
+    real: &mut Option<String>,
+    undo: &mut Vec<Step>,
+) -> Result<(), Error> {
+    let r = start_daemon(&t.ifname, daemon_flags)?;
     eprintln!("[+] Interface for {} is {r}", t.ifname);
     *real = Some(r.clone());
     run_hooks(&t.config.interface.pre_up, &t.ifname)?;
@@ -457,17 +464,18 @@ fn save_undo(ifname: &str, undo: &[Step]) {
     }
 }
 
-/// Runs `vpn utun` with the name file set and waits for its socket to answer.
-fn start_daemon(ifname: &str) -> Result<String, Error> {
+/// Runs `vpn [flags] utun` with the name file set and waits for its socket to answer.
+fn start_daemon(ifname: &str, flags: &[OsString]) -> Result<String, Error> {
     fs::create_dir_all(run_dir()).map_err(|e| format!("{RUN_DIR}: {e}"))?;
     let prog = match std::env::var_os("VPN_DAEMON") {
         Some(p) => PathBuf::from(p),
         None => std::env::current_exe().map_err(|e| format!("cannot find the vpn binary: {e}"))?,
     };
     let nf = name_file(ifname);
-    let cmdline = vec![prog.to_string_lossy().into_owned(), "utun".to_owned()];
+    let cmdline = daemon_cmdline(&prog, flags, "utun");
     eprintln!("[#] {}", show(&cmdline));
     let status = Command::new(&prog)
+        .args(flags)
         .arg("utun")
         .env("WG_TUN_NAME_FILE", &nf)
         .stdin(Stdio::null())

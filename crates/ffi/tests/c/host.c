@@ -21,7 +21,8 @@
  *       threads, RSS and malloc'ed bytes in use before the first cycle, after <warm-up> cycles
  *       and after the last: "MEASURE <when> fds=<n> threads=<n> rss_kib=<n> heap=<n>".
  *   host budget <bytes>...
- *       For each value in turn: "BUDGET <bytes> <result>" for wgSetMemoryBudget(bytes).
+ *       For each value in turn: "BUDGET <bytes> <result>" for wgSetMemoryBudget(bytes); a
+ *       value "default" or "min" is the header's WG_DEFAULT_MEMORY_BUDGET or WG_MIN_MEMORY_BUDGET.
  *   host tcp-serve <addr> <port> <bytes>   accepts one connection, checks <bytes> pattern
  *                                          bytes, answers "OK <n>"
  *   host tcp-send <addr> <port> <bytes>    sends them, prints the answer "REPLY OK <n>"
@@ -107,9 +108,12 @@ static int local_port(int fd) {
     return -1;
 }
 
-/* wgSetMemoryBudget with a decimal value; prints "BUDGET <bytes> <result>". */
+/* wgSetMemoryBudget with a decimal value, or the header's constants by name ("default",
+ * "min"); prints "BUDGET <bytes> <result>". */
 static void set_budget(const char *value) {
-    long long bytes = strtoll(value, NULL, 10);
+    long long bytes = !strcmp(value, "default") ? WG_DEFAULT_MEMORY_BUDGET
+                      : !strcmp(value, "min")   ? WG_MIN_MEMORY_BUDGET
+                                                : strtoll(value, NULL, 10);
     printf("BUDGET %lld %d\n", bytes, wgSetMemoryBudget((int64_t)bytes));
 }
 
