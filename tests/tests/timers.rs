@@ -23,14 +23,17 @@ fn fake_pair(batch: usize) -> (MemoryNetwork, Arc<FakeClock>, Node, Node) {
 }
 
 /// Moves the fake clock forward and waits until the timer threads of `nodes` have fired
-/// everything due and, for a pair, every datagram either sent has been read by the other: time
-/// does not move on while the packets its timers sent are still on the wire.
+/// everything due and, for a pair, every datagram either sent has been handled by the other
+/// (handed over, and its handshake or batch done: both devices idle): time does not move on
+/// while the packets its timers sent are still on the wire or in a queue.
 fn advance(clock: &FakeClock, d: Duration, nodes: &[&Node]) {
     clock.advance(d);
-    let drained = || match nodes {
+    let settled = || match nodes {
         [a, b] => {
-            a.bind.sent().0 == b.dev.stats().datagrams_received
-                && b.bind.sent().0 == a.dev.stats().datagrams_received
+            a.bind.sent().0 == b.dev.datagrams_handled()
+                && b.bind.sent().0 == a.dev.datagrams_handled()
+                && a.dev.idle()
+                && b.dev.idle()
         }
         _ => true,
     };
@@ -38,8 +41,8 @@ fn advance(clock: &FakeClock, d: Duration, nodes: &[&Node]) {
         wait_for(Duration::from_secs(10), || nodes
             .iter()
             .all(|n| n.dev.timers_caught_up())
-            && drained()),
-        "timer threads caught up with the clock, the wire drained"
+            && settled()),
+        "timer threads caught up with the clock, the pair settled"
     );
 }
 
@@ -138,11 +141,10 @@ fn old_keypair_refused_after_reject_time_and_zeroed_after_540s() {
     // b's passive keepalive goes out at 10 s (with valid keys), then the link is silent.
     let pa = a.dev.peer(&b.key.public_key()).unwrap();
     let rx0 = pa.rx_tx_bytes().0;
-    clock.advance(Duration::from_secs(11));
-    assert!(
-        wait_for(Duration::from_secs(10), || pa.rx_tx_bytes().0 > rx0),
-        "b's passive keepalive reached a"
-    );
+    // Settled, not merely received: a's byte count moves before its session hears of the
+    // keepalive, and a step taken in between would fire the handshake the keepalive cancels.
+    advance(&clock, Duration::from_secs(11), &[&a, &b]);
+    assert!(pa.rx_tx_bytes().0 > rx0, "b's passive keepalive reached a");
     // Walk the silent period in 10 s steps, as real time would pass: b's second keepalive (it
     // received two data packets, so it owes one more) goes out at 21 s with valid keys.
     for _ in 0..17 {

@@ -180,6 +180,7 @@ pub(crate) struct Container<K> {
 
 impl<K> Container<K> {
     pub fn new(peer: Arc<Peer>, keypairs: Vec<K>, elems: Elems) -> Container<K> {
+        peer.batches_in_flight.fetch_add(1, Ordering::Relaxed);
         Container {
             peer,
             keypairs,
@@ -194,6 +195,13 @@ impl<K> Container<K> {
 
     fn is_done(&self) -> bool {
         self.done.load(Ordering::SeqCst)
+    }
+}
+
+impl<K> Drop for Container<K> {
+    fn drop(&mut self) {
+        // Release: what the batch did (its TUN write or send) is seen by whoever sees it gone.
+        self.peer.batches_in_flight.fetch_sub(1, Ordering::Release);
     }
 }
 

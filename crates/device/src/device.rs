@@ -189,6 +189,11 @@ pub(crate) struct DeviceInner {
     crypto_rx: Receiver<Job>,
     pub(crate) handshake_tx: Sender<Option<HandshakeJob>>,
     pub(crate) handshake_rx: Receiver<Option<HandshakeJob>>,
+    /// Handshake messages queued for a handshake worker or in one (see [`Device::idle`]).
+    pub(crate) handshakes_queued: AtomicUsize,
+    /// Datagrams the socket readers have handed over, published after each batch's work is
+    /// queued (see [`Device::datagrams_handled`]).
+    pub(crate) datagrams_handled: AtomicU64,
     /// Every packet's memory, both directions, under the one cap.
     pub(crate) pool: Arc<Pool>,
     pub(crate) mtu: AtomicUsize,
@@ -281,6 +286,8 @@ impl Device {
             crypto_rx,
             handshake_tx,
             handshake_rx,
+            handshakes_queued: AtomicUsize::new(0),
+            datagrams_handled: AtomicU64::new(0),
             pool: Pool::new(opts.memory_budget),
             mtu: AtomicUsize::new(mtu),
             batch_size,
@@ -393,6 +400,31 @@ impl Device {
     /// they wait for this rather than sleep.
     pub fn timers_caught_up(&self) -> bool {
         self.inner.timers.done_through() >= self.inner.now()
+    }
+
+    /// Datagrams the socket readers have handled: read, classified and handed over (to a
+    /// handshake worker's queue, to decryption, or delivered), not merely read. Counted after
+    /// a batch's work is queued, so a test that sees every datagram sent to this device here
+    /// and then [`idle`](Self::idle) knows their effects are done.
+    pub fn datagrams_handled(&self) -> u64 {
+        self.inner.datagrams_handled.load(Ordering::Acquire)
+    }
+
+    /// Whether no work is queued or in flight inside the device: no handshake message waits
+    /// for a handshake worker or is in one, and no peer has a batch in the crypto workers or
+    /// waiting to be delivered in order. Meant for tests, with
+    /// [`datagrams_handled`](Self::datagrams_handled) and
+    /// [`timers_caught_up`](Self::timers_caught_up): a pair whose counts match and which are
+    /// both idle has settled.
+    pub fn idle(&self) -> bool {
+        self.inner.handshakes_queued.load(Ordering::Acquire) == 0
+            && self
+                .inner
+                .peers
+                .read()
+                .by_key
+                .values()
+                .all(|p| p.batches_in_flight() == 0)
     }
 
     /// Sends a keepalive to every peer whose current keypair is still usable (after a rebind on
@@ -660,7 +692,11 @@ impl DeviceInner {
         }
         // Anything still queued holds buffers and peers: drop it.
         while self.crypto_rx.try_recv().is_ok() {}
-        while self.handshake_rx.try_recv().is_ok() {}
+        while let Ok(job) = self.handshake_rx.try_recv() {
+            if job.is_some() {
+                self.handshakes_queued.fetch_sub(1, Ordering::Release);
+            }
+        }
         let (m, c) = &self.closed;
         *m.lock() = true;
         c.notify_all();

@@ -17,6 +17,7 @@ impl DeviceInner {
     pub(crate) fn handshake_worker(self: &Arc<Self>) {
         while let Ok(Some(job)) = self.handshake_rx.recv() {
             self.handle_handshake(job);
+            self.handshakes_queued.fetch_sub(1, Ordering::Release);
         }
     }
 

@@ -8,7 +8,7 @@ use crate::timers::SessionCell;
 use crate::DeviceInner;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use vpn_conn::Endpoint;
@@ -43,6 +43,9 @@ pub struct Peer {
     pub(crate) staged: Mutex<VecDeque<Elems>>,
     pub(crate) outbound: Ordered<Arc<DevKeypair>>,
     pub(crate) inbound: Ordered<Arc<DevKeypair>>,
+    /// Containers of this peer alive, either direction: made and not yet dropped, so in the
+    /// crypto workers or waiting in `inbound`/`outbound` to be delivered (`Device::idle`).
+    pub(crate) batches_in_flight: AtomicUsize,
     pub(crate) running: AtomicBool,
     /// The session rules (timers, rekeying, keepalives) and the peer's entry in the device's
     /// timer wheel. A leaf lock, taken once per batch.
@@ -71,12 +74,18 @@ impl Peer {
             staged: Mutex::new(VecDeque::new()),
             outbound: Ordered::default(),
             inbound: Ordered::default(),
+            batches_in_flight: AtomicUsize::new(0),
             running: AtomicBool::new(false),
             session: Mutex::new(SessionCell::new(rand::random())),
             rx_bytes: AtomicU64::new(0),
             tx_bytes: AtomicU64::new(0),
             last_handshake_nanos: AtomicU64::new(0),
         })
+    }
+
+    /// Containers of this peer made and not yet dropped (see [`crate::Device::idle`]).
+    pub(crate) fn batches_in_flight(&self) -> usize {
+        self.batches_in_flight.load(Ordering::Acquire)
     }
 
     /// The peer's public key.

@@ -153,12 +153,14 @@ impl DeviceInner {
             .fetch_add(datagrams as u64, Ordering::Relaxed);
         let now = self.now();
         self.bulk.observe(&mut st.bulk, datagrams, || now);
-        if n == 1 && self.receive_one(st, now) {
-            return;
+        if !(n == 1 && self.receive_one(st, now)) {
+            self.classify_batch(st, n, now);
+            self.hand_over_handshakes(st);
+            self.hand_over_transport(st);
         }
-        self.classify_batch(st, n, now);
-        self.hand_over_handshakes(st);
-        self.hand_over_transport(st);
+        // After the batch's work is queued or done (`Device::datagrams_handled`).
+        self.datagrams_handled
+            .fetch_add(datagrams as u64, Ordering::Release);
     }
 
     /// A lone datagram through [`receive_lone`](Self::receive_lone), when it can take that path.
@@ -259,7 +261,9 @@ impl DeviceInner {
                 buf: msg.to_vec().into_boxed_slice(),
                 ep: st.eps[i],
             };
+            self.handshakes_queued.fetch_add(1, Ordering::Relaxed);
             if self.handshake_tx.try_send(Some(job)).is_err() {
+                self.handshakes_queued.fetch_sub(1, Ordering::Relaxed);
                 self.stats
                     .drop_handshake_queue_full
                     .fetch_add(1, Ordering::Relaxed);

@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use vpn_sys::poll::EventFd;
 use vpn_sys::tun::{self as sys, ControlSocket};
 
-use crate::offload::split::{finish_single_in_place, frame_packets, split_frame};
+use crate::offload::split::{finish_single_in_place, frame_packets, split_frame, Split};
 use crate::offload::{GroTable, MAX_PACKET, VIRTIO_NET_HDR_LEN};
 use crate::shutdown::{closed, Shutdown};
 use crate::{too_many_segments, Device, Event};
@@ -97,7 +97,57 @@ struct ReadState {
     retried: bool,
 }
 
+/// What [`LinuxTun::next_frame`] read.
+enum FrameRead {
+    /// A plain packet, finished in place in the caller's buffer: its length.
+    InPlace(usize),
+    /// A frame of this length in the scratch, to be split.
+    Scratch(usize),
+    /// Nothing there to read without waiting.
+    Empty,
+}
+
 impl ReadState {
+    /// Splits the frame of `n` bytes in the scratch into `bufs`. With packets already in hand
+    /// (`in_hand`), a frame that does not fit whole or is malformed stays pending for the next
+    /// call, which splits or reports it first (`None`); with none, its error is returned, and
+    /// a packet too big for its buffer is kept for one more try.
+    fn split_scratch(
+        &mut self,
+        n: usize,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        offset: usize,
+        in_hand: bool,
+    ) -> io::Result<Option<Split>> {
+        if in_hand {
+            match frame_packets(&self.frame[..n]) {
+                Ok(0) => return Ok(Some(Split::default())),
+                Ok(k) if k <= bufs.len() => {}
+                _ => {
+                    self.pending = n;
+                    return Ok(None);
+                }
+            }
+        }
+        let split = match split_frame(&mut self.frame[..n], bufs, sizes, offset) {
+            Ok(split) => split,
+            Err(_) if in_hand => {
+                self.pending = n;
+                return Ok(None);
+            }
+            Err(e) => {
+                if crate::is_packet_too_big(&e) {
+                    self.keep_too_big(n);
+                }
+                return Err(e);
+            }
+        };
+        self.retried = false;
+        self.last_gso = split.segmented;
+        Ok(Some(split))
+    }
+
     /// A frame of `n` bytes in the scratch failed for want of room: kept for one more try,
     /// dropped if it was that try.
     fn keep_too_big(&mut self, n: usize) {
@@ -361,6 +411,9 @@ impl LinuxTun {
         }
     }
 
+    /// Reads frames with virtio headers into `bufs` at `offset`: plain packets straight into
+    /// their buffers where they fit any frame, super-packets split out of the scratch; reads
+    /// ahead without waiting while the first read did not have to wait.
     fn read_offload(
         &self,
         bufs: &mut [&mut [u8]],
@@ -380,89 +433,31 @@ impl LinuxTun {
         while total < bufs.len() {
             let n = match std::mem::take(&mut st.pending) {
                 0 => {
-                    // Read straight into the packet's buffer when it can take any frame: a
-                    // plain packet then needs no copy. Super-packets are split out of the
-                    // scratch, so after one (bulk TCP) the next frame goes there directly.
-                    let direct = offset
-                        .checked_sub(VIRTIO_NET_HDR_LEN)
-                        .filter(|_| !st.last_gso)
-                        .filter(|_| bufs[total].len().saturating_sub(offset) >= MAX_PACKET);
-                    // At most the scratch's size: a super-packet is copied there to be split.
-                    let max = st.frame.len();
-                    let target = match direct {
-                        Some(start) => &mut bufs[total][start..start + max],
-                        None => &mut st.frame[..],
-                    };
-                    let room = target.len();
-                    let n = if total == 0 {
-                        let (n, waited) = self.read_once(target)?;
-                        busy = !waited;
-                        n
-                    } else {
-                        match self.try_read(target) {
-                            Some(n) => n,
-                            None => break,
-                        }
-                    }
-                    .min(room);
-                    if let Some(start) = direct {
-                        let frame = &mut bufs[total][start..start + n];
-                        match finish_single_in_place(frame) {
-                            Ok(Some(len)) => {
-                                st.last_gso = false;
-                                sizes[total] = len;
-                                total += 1;
-                                frames += 1;
-                                if !busy {
-                                    break;
-                                }
-                                continue;
+                    let (frame, waited) = self.next_frame(st, bufs[total], offset, total == 0)?;
+                    busy &= !waited;
+                    match frame {
+                        FrameRead::Empty => break,
+                        FrameRead::InPlace(len) => {
+                            st.last_gso = false;
+                            sizes[total] = len;
+                            total += 1;
+                            frames += 1;
+                            if !busy {
+                                break;
                             }
-                            // A super-packet (split below) or a malformed frame (split_frame
-                            // reports it): from the scratch.
-                            Ok(None) | Err(_) => st.frame[..n].copy_from_slice(frame),
+                            continue;
                         }
+                        FrameRead::Scratch(n) => n,
                     }
-                    n
                 }
                 n => n,
             };
-            // A frame in the scratch. Read ahead, it must fit whole; one that does not (or is
-            // malformed) waits there for the next call, which splits (or reports) it first.
-            if total > 0 {
-                match frame_packets(&st.frame[..n]) {
-                    Ok(0) => continue,
-                    Ok(k) if k <= bufs.len() - total => {}
-                    _ => {
-                        st.pending = n;
-                        break;
-                    }
-                }
-            }
-            let split = match split_frame(
-                &mut st.frame[..n],
-                &mut bufs[total..],
-                &mut sizes[total..],
-                offset,
-            ) {
-                Ok(split) => split,
-                // Not with packets in hand: they go out now, the error with the next call.
-                Err(_) if total > 0 => {
-                    st.pending = n;
-                    break;
-                }
-                Err(e) => {
-                    if crate::is_packet_too_big(&e) {
-                        st.keep_too_big(n);
-                    }
-                    return Err(e);
-                }
+            let (rest, rest_sizes) = (&mut bufs[total..], &mut sizes[total..]);
+            let Some(split) = st.split_scratch(n, rest, rest_sizes, offset, total > 0)? else {
+                break;
             };
-            st.retried = false;
-            st.last_gso = split.segmented;
             if split.packets == 0 {
-                // A super-packet without payload: nothing to hand out.
-                continue;
+                continue; // a super-packet without payload: nothing to hand out
             }
             frames += 1;
             splits += u64::from(split.segmented);
@@ -478,6 +473,52 @@ impl LinuxTun {
         }
         self.count_reads(frames, total, splits);
         Ok(total)
+    }
+
+    /// Reads the next frame (`first`: the call's first read, which may wait; later ones only
+    /// take what is there). Straight into `buf` when it can take any frame, where a plain
+    /// packet is finished in place; into the scratch after a super-packet (bulk TCP: the next
+    /// is likely one too, and super-packets are split out of the scratch). A super-packet or
+    /// malformed frame read into `buf` is copied to the scratch. Also says whether it waited.
+    fn next_frame(
+        &self,
+        st: &mut ReadState,
+        buf: &mut [u8],
+        offset: usize,
+        first: bool,
+    ) -> io::Result<(FrameRead, bool)> {
+        let direct = offset
+            .checked_sub(VIRTIO_NET_HDR_LEN)
+            .filter(|_| !st.last_gso)
+            .filter(|_| buf.len().saturating_sub(offset) >= MAX_PACKET);
+        // At most the scratch's size: a super-packet is copied there to be split.
+        let max = st.frame.len();
+        let target = match direct {
+            Some(start) => &mut buf[start..start + max],
+            None => &mut st.frame[..],
+        };
+        let room = target.len();
+        let (n, waited) = if first {
+            self.read_once(target)?
+        } else {
+            match self.try_read(target) {
+                Some(n) => (n, false),
+                None => return Ok((FrameRead::Empty, false)),
+            }
+        };
+        let n = n.min(room);
+        let Some(start) = direct else {
+            return Ok((FrameRead::Scratch(n), waited));
+        };
+        let frame = &mut buf[start..start + n];
+        match finish_single_in_place(frame) {
+            Ok(Some(len)) => Ok((FrameRead::InPlace(len), waited)),
+            // A super-packet (split next) or a malformed frame (split_frame reports it).
+            Ok(None) | Err(_) => {
+                st.frame[..n].copy_from_slice(frame);
+                Ok((FrameRead::Scratch(n), waited))
+            }
+        }
     }
 
     /// Reads without virtio headers: one packet per `read(2)`, straight into its buffer, with

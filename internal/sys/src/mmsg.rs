@@ -228,34 +228,13 @@ impl RecvBatch {
             } else {
                 // `scatter` holds `n * stride` entries (resized above).
                 let Some(iovs) = iov_runs.next() else { break };
-                let (mut left, mut pieces) = (max_len, 0);
-                let last = run.len() - 1;
-                for (k, buf) in run.iter_mut().enumerate() {
-                    if left == 0 {
-                        break;
-                    }
-                    let want = if k == last { left } else { seg.min(left) };
-                    let len = buf.len().min(want);
-                    iovs[k] = libc::iovec {
-                        iov_base: buf.as_mut_ptr().cast(),
-                        iov_len: len,
-                    };
-                    left -= len;
-                    pieces += 1;
-                    if len < want {
-                        break; // a short buffer ends the run: later bytes would not line up
-                    }
-                }
-                slot.iov.iov_len = max_len - left; // the total, for `RecvMeta::len`
+                let (total, pieces) = scatter_run(run, iovs, seg, max_len);
+                slot.iov.iov_len = total; // for `RecvMeta::len`
                 h.msg_hdr.msg_iov = iovs.as_mut_ptr();
                 h.msg_hdr.msg_iovlen = pieces as _;
             }
             h.msg_len = 0;
-            h.msg_hdr.msg_name = (&mut slot.name as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_control = slot.ctrl.as_mut_ptr();
-            h.msg_hdr.msg_controllen = CMSG_BUF_LEN as _;
-            h.msg_hdr.msg_flags = 0;
+            point_at_slot(&mut h.msg_hdr, slot);
             set += 1;
         }
         let n = set;
@@ -281,22 +260,69 @@ impl RecvBatch {
             return Err(io::Error::last_os_error());
         }
         let got = (r as usize).min(n);
-        for (i, m) in meta.iter_mut().take(got).enumerate() {
-            let h = &self.hdrs[i];
-            let slot = &self.slots[i];
-            // `msg_controllen` is `size_t` on glibc but `socklen_t` on musl.
-            #[allow(clippy::unnecessary_cast)]
-            let clen = (h.msg_hdr.msg_controllen as usize).min(CMSG_BUF_LEN);
-            let parsed = cmsg::parse(&slot.ctrl.as_bytes()[..clen]);
-            *m = RecvMeta {
-                len: (h.msg_len as usize).min(slot.iov.iov_len),
-                truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
-                addr: from_storage(&slot.name, h.msg_hdr.msg_namelen),
-                pktinfo: parsed.pktinfo,
-                gro_size: parsed.gro_size,
-            };
+        for (m, (h, slot)) in meta
+            .iter_mut()
+            .zip(self.hdrs.iter().zip(&self.slots))
+            .take(got)
+        {
+            *m = received(h, slot);
         }
         Ok(got)
+    }
+}
+
+/// Lays one run of buffers out for a scattered read: the first `stride - 1` pieces of `seg`
+/// bytes, the last taking what is left of `max_len`; a buffer shorter than its piece ends the
+/// run (later bytes would not line up). Returns the bytes offered and the pieces used.
+fn scatter_run(
+    run: &mut [&mut [u8]],
+    iovs: &mut [libc::iovec],
+    seg: usize,
+    max_len: usize,
+) -> (usize, usize) {
+    let (mut left, mut pieces) = (max_len, 0);
+    let last = run.len() - 1;
+    for (k, buf) in run.iter_mut().enumerate() {
+        if left == 0 {
+            break;
+        }
+        let want = if k == last { left } else { seg.min(left) };
+        let len = buf.len().min(want);
+        iovs[k] = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: len,
+        };
+        left -= len;
+        pieces += 1;
+        if len < want {
+            break;
+        }
+    }
+    (max_len - left, pieces)
+}
+
+/// Points a receive header's address and control buffers at `slot`'s and clears its flags.
+fn point_at_slot(hdr: &mut libc::msghdr, slot: &mut RecvSlot) {
+    hdr.msg_name = (&mut slot.name as *mut libc::sockaddr_storage).cast();
+    hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    hdr.msg_control = slot.ctrl.as_mut_ptr();
+    hdr.msg_controllen = CMSG_BUF_LEN as _;
+    hdr.msg_flags = 0;
+}
+
+/// What the kernel reported for one received message: its length (at most what its buffers
+/// offered), truncation, sender, and the control messages' destination and GRO size.
+fn received(h: &libc::mmsghdr, slot: &RecvSlot) -> RecvMeta {
+    // `msg_controllen` is `size_t` on glibc but `socklen_t` on musl.
+    #[allow(clippy::unnecessary_cast)]
+    let clen = (h.msg_hdr.msg_controllen as usize).min(CMSG_BUF_LEN);
+    let parsed = cmsg::parse(&slot.ctrl.as_bytes()[..clen]);
+    RecvMeta {
+        len: (h.msg_len as usize).min(slot.iov.iov_len),
+        truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        addr: from_storage(&slot.name, h.msg_hdr.msg_namelen),
+        pktinfo: parsed.pktinfo,
+        gro_size: parsed.gro_size,
     }
 }
 
@@ -366,6 +392,7 @@ impl SendBatch {
         self.send_to(fd, None, None, bufs, plans)
     }
 
+    /// [`send`](Self::send) with `dst` (none: connected) and `src`.
     fn send_to(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -374,8 +401,6 @@ impl SendBatch {
         bufs: &[&[u8]],
         plans: &[MsgPlan],
     ) -> io::Result<usize> {
-        let invalid =
-            |what: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("send batch: {what}"));
         if plans.is_empty() {
             return Ok(0);
         }
@@ -385,16 +410,7 @@ impl SendBatch {
         let name = dst.map(|d| socket2::SockAddr::from(*d));
         let mut iov_at = 0usize;
         for (i, p) in plans.iter().enumerate() {
-            let end = p
-                .start
-                .checked_add(p.count)
-                .ok_or_else(|| invalid("plan overflows"))?;
-            let group = bufs
-                .get(p.start..end)
-                .ok_or_else(|| invalid("plan outside buffers"))?;
-            if group.is_empty() {
-                return Err(invalid("empty message"));
-            }
+            let group = plan_group(bufs, p)?;
             let iov_end = iov_at + group.len();
             let iovs = self
                 .iovs
@@ -407,27 +423,10 @@ impl SendBatch {
                     iov_len: b.len(),
                 };
             }
-            let mut w = self.ctrl[i].writer();
-            if let Some(s) = src {
-                w.pktinfo(s).map_err(|_| invalid("control buffer"))?;
-            }
-            if p.count > 1 {
-                w.udp_segment(p.gso_size)
-                    .map_err(|_| invalid("control buffer"))?;
-            }
-            let clen = w.len();
+            let clen = self.write_control(i, src, p)?;
             let h = &mut self.hdrs[i];
             h.msg_len = 0;
-            match &name {
-                Some(name) => {
-                    h.msg_hdr.msg_name = name.as_ptr() as *mut libc::c_void;
-                    h.msg_hdr.msg_namelen = name.len();
-                }
-                None => {
-                    h.msg_hdr.msg_name = ptr::null_mut();
-                    h.msg_hdr.msg_namelen = 0;
-                }
-            }
+            set_destination(&mut h.msg_hdr, name.as_ref());
             h.msg_hdr.msg_iov = &mut self.iovs[iov_at];
             h.msg_hdr.msg_iovlen = group.len() as _;
             h.msg_hdr.msg_control = if clen == 0 {
@@ -455,6 +454,54 @@ impl SendBatch {
             return Err(io::Error::last_os_error());
         }
         Ok(r as usize)
+    }
+
+    /// Writes message `i`'s control data, the sticky source and, for a GSO message, the
+    /// segment size; returns its length.
+    fn write_control(&mut self, i: usize, src: Option<&PktInfo>, p: &MsgPlan) -> io::Result<usize> {
+        let mut w = self.ctrl[i].writer();
+        if let Some(s) = src {
+            w.pktinfo(s).map_err(|_| invalid("control buffer"))?;
+        }
+        if p.count > 1 {
+            w.udp_segment(p.gso_size)
+                .map_err(|_| invalid("control buffer"))?;
+        }
+        Ok(w.len())
+    }
+}
+
+/// A send batch's refusal of the plans it was given.
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("send batch: {what}"))
+}
+
+/// The buffers of plan `p` within `bufs`, or why it has none.
+fn plan_group<'a, 'b>(bufs: &'a [&'b [u8]], p: &MsgPlan) -> io::Result<&'a [&'b [u8]]> {
+    let end = p
+        .start
+        .checked_add(p.count)
+        .ok_or_else(|| invalid("plan overflows"))?;
+    let group = bufs
+        .get(p.start..end)
+        .ok_or_else(|| invalid("plan outside buffers"))?;
+    if group.is_empty() {
+        return Err(invalid("empty message"));
+    }
+    Ok(group)
+}
+
+/// Points a send header at the destination `name`, or at none (a connected socket).
+fn set_destination(hdr: &mut libc::msghdr, name: Option<&socket2::SockAddr>) {
+    match name {
+        Some(name) => {
+            hdr.msg_name = name.as_ptr() as *mut libc::c_void;
+            hdr.msg_namelen = name.len();
+        }
+        None => {
+            hdr.msg_name = ptr::null_mut();
+            hdr.msg_namelen = 0;
+        }
     }
 }
 

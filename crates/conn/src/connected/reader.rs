@@ -21,7 +21,7 @@ use super::slots::{initial_tier, is_transient, should_pause, stride_for, COALESC
 pub(super) use super::slots::{READ_BATCH, SLOT_TIERS};
 use super::{canonical, Inner, Pair};
 use crate::linux::segments::{split, Layout};
-use crate::{err_closed, Endpoint, ReceiveFunc, StickySource};
+use crate::{err_closed, is_err_closed, Endpoint, ReceiveFunc, StickySource};
 
 /// The state behind one pair socket's receive function.
 pub(super) struct PairReader {
@@ -61,6 +61,32 @@ impl PairReader {
         Err(err_closed())
     }
 
+    /// One `recvmmsg` on the pair's socket, datagram `i` into `bufs[i * stride]`, at most
+    /// `slot` bytes each.
+    fn recv_once(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        stride: usize,
+        slot: usize,
+    ) -> io::Result<usize> {
+        let guard = self.pair.fam.sock.read();
+        let Some(sock) = guard.as_ref() else {
+            return Err(err_closed());
+        };
+        self.batch
+            .recv_strided(sock.as_fd(), bufs, stride, slot, &mut self.meta)
+    }
+
+    /// A read failed for good: the pair leaves the set (its peer falls back to the shared
+    /// socket) and this reader ends.
+    fn failed(&self, e: io::Error) -> io::Result<usize> {
+        tracing::debug!(pair = ?self.pair.key, "connected socket read failed: {e}");
+        if let Some(set) = self.set.upgrade() {
+            set.remove(&self.pair);
+        }
+        self.closed()
+    }
+
     /// The receive function's body.
     fn read(
         &mut self,
@@ -92,25 +118,12 @@ impl PairReader {
             let slot = SLOT_TIERS[self.tier];
             let stride = stride_for(bufs, slot, gro);
             let capacity = n.div_ceil(stride).min(self.batch.capacity());
-            let res = {
-                let guard = self.pair.fam.sock.read();
-                let Some(sock) = guard.as_ref() else {
-                    return self.closed();
-                };
-                self.batch
-                    .recv_strided(sock.as_fd(), bufs, stride, slot, &mut self.meta)
-            };
-            let got = match res {
+            let got = match self.recv_once(bufs, stride, slot) {
                 _ if self.pair.fam.is_closed() => return self.closed(),
                 Ok(got) => got,
                 Err(e) if is_transient(&e) => continue,
-                Err(e) => {
-                    tracing::debug!(pair = ?self.pair.key, "connected socket read failed: {e}");
-                    if let Some(set) = self.set.upgrade() {
-                        set.remove(&self.pair);
-                    }
-                    return self.closed();
-                }
+                Err(e) if is_err_closed(&e) => return Err(e),
+                Err(e) => return self.failed(e),
             };
             if got == 0 {
                 continue;

@@ -220,6 +220,9 @@ impl Reader {
         Ok(n)
     }
 
+    /// One batch into `bufs`: segments still queued first, else a socket read (straight into
+    /// the buffers where they are laid out for it, see [`Self::direct_runs`]) handed up as
+    /// datagrams; reads again when one yields nothing to hand up.
     fn read_batch(
         &mut self,
         bufs: &mut [&mut [u8]],
@@ -242,57 +245,20 @@ impl Reader {
             return Ok(0);
         }
         let (bufs, sizes, eps) = (&mut bufs[..n], &mut sizes[..n], &mut eps[..n]);
-        // With GRO, read straight into the caller's buffers when they are laid out for it: a
-        // run of GRO_SEGMENTS buffers per message, the first able to take a whole
-        // super-datagram. Otherwise (small or few buffers) through the scratch area.
-        // Only whole runs: a message placed in a shorter last run could lose segments.
-        let runs = n / GRO_SEGMENTS * GRO_SEGMENTS;
-        let direct = self.gro.is_some()
-            && runs > 0
-            && bufs[..runs]
-                .iter()
-                .step_by(GRO_SEGMENTS)
-                .all(|b| b.len() >= MAX_DATAGRAM);
+        let runs = self.direct_runs(bufs);
         loop {
             if self.fam.is_closed() {
                 return Err(err_closed());
             }
-            let scatter =
-                direct && self.seg_guess > 0 && scatter_fits(&bufs[..runs], self.seg_guess);
-            if let Some(gro) = self.gro.as_mut().filter(|g| g.has_pending()) {
-                let mut split = Split::default();
-                gro.drain(bufs, sizes, eps, &mut split);
-                self.stats.delivered(split.filled, split.dropped);
-                if split.filled > 0 {
-                    return Ok(split.filled);
+            if let Some(filled) = self.drain_pending(bufs, sizes, eps) {
+                if filled > 0 {
+                    return Ok(filled);
                 }
                 continue;
             }
-            let guard = self.fam.sock.read();
-            let Some(sock) = guard.as_ref() else {
-                return Err(err_closed());
-            };
-            let res = match self.gro.as_mut() {
-                Some(_) if direct && scatter => self.batch.recv_scattered(
-                    sock.as_fd(),
-                    &mut bufs[..runs],
-                    GRO_SEGMENTS,
-                    self.seg_guess,
-                    MAX_DATAGRAM,
-                    &mut self.meta,
-                ),
-                Some(_) if direct => self.batch.recv_strided(
-                    sock.as_fd(),
-                    &mut bufs[..runs],
-                    GRO_SEGMENTS,
-                    MAX_DATAGRAM,
-                    &mut self.meta,
-                ),
-                Some(gro) => gro.read(&mut self.batch, sock.as_fd(), n / 64, &mut self.meta),
-                None => self.batch.recv(sock.as_fd(), bufs, &mut self.meta),
-            };
-            drop(guard);
-            let got = match res {
+            let scatter =
+                runs > 0 && self.seg_guess > 0 && scatter_fits(&bufs[..runs], self.seg_guess);
+            let got = match self.recv_once(bufs, runs, scatter) {
                 _ if self.fam.is_closed() => return Err(err_closed()),
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -301,63 +267,166 @@ impl Reader {
             if got == 0 {
                 continue;
             }
-            if direct {
-                let got = got.min(self.meta.len());
-                let meta = &mut self.meta[..got];
-                for m in meta.iter_mut().filter(|m| m.addr.is_none()) {
-                    m.len = 0; // no sender address: skipped, as on the other paths
-                }
-                let layout = Layout {
-                    stride: GRO_SEGMENTS,
-                    slot: MAX_DATAGRAM,
-                    gro: true,
-                    scatter: if scatter { self.seg_guess } else { 0 },
-                };
+            let entries = if runs > 0 {
                 let (b, sz, ep) = (&mut bufs[..runs], &mut sizes[..runs], &mut eps[..runs]);
-                let f = split(b, sz, ep, meta, layout, |m| endpoint(m).unwrap_or_default());
-                self.stats.in_place(f.in_place);
-                self.seg_guess = scatter_guess(meta);
-                self.stats.recv(f.datagrams, f.gro, f.oversize);
-                if f.entries > 0 {
-                    return Ok(f.entries);
-                }
-                continue;
-            }
-            let meta = &self.meta[..got.min(self.meta.len())];
-            match self.gro.as_mut() {
-                Some(gro) => {
-                    let mut split = Split::default();
-                    gro.load(meta, &mut split);
-                    gro.drain(bufs, sizes, eps, &mut split);
-                    self.stats.recv(split.filled, split.gro, split.dropped);
-                    if split.filled > 0 {
-                        return Ok(split.filled);
-                    }
-                }
-                None => {
-                    let (mut filled, mut dropped) = (0, 0);
-                    for (i, m) in meta.iter().enumerate() {
-                        // A coalesced datagram cannot arrive with GRO off; refuse one anyway
-                        // rather than hand a super-datagram up as one packet.
-                        let coalesced = m.gro_size > 0 && m.len > usize::from(m.gro_size);
-                        match endpoint(m) {
-                            Some(ep) if !m.truncated && !coalesced => {
-                                sizes[i] = m.len;
-                                eps[i] = ep;
-                                filled += 1;
-                            }
-                            _ => {
-                                sizes[i] = 0;
-                                dropped += usize::from(m.truncated || coalesced);
-                            }
-                        }
-                    }
-                    self.stats.recv(filled, 0, dropped);
-                    return Ok(meta.len());
-                }
+                self.hand_over_direct(b, sz, ep, got, scatter)
+            } else {
+                self.hand_over_copied(bufs, sizes, eps, got)
+            };
+            if entries > 0 {
+                return Ok(entries);
             }
         }
     }
+
+    /// With GRO, reads go straight into the caller's buffers when they are laid out for it: a
+    /// run of [`GRO_SEGMENTS`] buffers per message, the first able to take a whole
+    /// super-datagram. Returns the buffers those whole runs cover, or 0 to read through the
+    /// scratch area (small or few buffers, or GRO off). Only whole runs: a message placed in a
+    /// shorter last run could lose segments.
+    fn direct_runs(&self, bufs: &[&mut [u8]]) -> usize {
+        let runs = bufs.len() / GRO_SEGMENTS * GRO_SEGMENTS;
+        let laid_out = runs > 0
+            && bufs[..runs]
+                .iter()
+                .step_by(GRO_SEGMENTS)
+                .all(|b| b.len() >= MAX_DATAGRAM);
+        if self.gro.is_some() && laid_out {
+            runs
+        } else {
+            0
+        }
+    }
+
+    /// Segments an earlier super-datagram left queued, handed out before the socket is read
+    /// again: `Some(filled)` if there were any.
+    fn drain_pending(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+    ) -> Option<usize> {
+        let gro = self.gro.as_mut().filter(|g| g.has_pending())?;
+        let mut split = Split::default();
+        gro.drain(bufs, sizes, eps, &mut split);
+        self.stats.delivered(split.filled, split.dropped);
+        Some(split.filled)
+    }
+
+    /// One receive call into `self.meta`: straight into the first `runs` buffers (scattered by
+    /// the guessed segment size when `scatter`), else into the GRO scratch area, else (GRO
+    /// off) into the buffers one datagram each. Returns the messages read.
+    fn recv_once(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        runs: usize,
+        scatter: bool,
+    ) -> io::Result<usize> {
+        let guard = self.fam.sock.read();
+        let Some(sock) = guard.as_ref() else {
+            return Err(err_closed());
+        };
+        let reads = bufs.len() / 64;
+        match self.gro.as_mut() {
+            Some(_) if runs > 0 && scatter => self.batch.recv_scattered(
+                sock.as_fd(),
+                &mut bufs[..runs],
+                GRO_SEGMENTS,
+                self.seg_guess,
+                MAX_DATAGRAM,
+                &mut self.meta,
+            ),
+            Some(_) if runs > 0 => self.batch.recv_strided(
+                sock.as_fd(),
+                &mut bufs[..runs],
+                GRO_SEGMENTS,
+                MAX_DATAGRAM,
+                &mut self.meta,
+            ),
+            Some(gro) => gro.read(&mut self.batch, sock.as_fd(), reads, &mut self.meta),
+            None => self.batch.recv(sock.as_fd(), bufs, &mut self.meta),
+        }
+    }
+
+    /// After a direct read of `got` messages: splits each super-datagram into the buffers of
+    /// its run, in place, and learns the segment size to scatter the next read by. Returns the
+    /// entries to hand up (0: read again).
+    fn hand_over_direct(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+        got: usize,
+        scatter: bool,
+    ) -> usize {
+        let got = got.min(self.meta.len());
+        let meta = &mut self.meta[..got];
+        for m in meta.iter_mut().filter(|m| m.addr.is_none()) {
+            m.len = 0; // no sender address: skipped, as on the other paths
+        }
+        let layout = Layout {
+            stride: GRO_SEGMENTS,
+            slot: MAX_DATAGRAM,
+            gro: true,
+            scatter: if scatter { self.seg_guess } else { 0 },
+        };
+        let f = split(bufs, sizes, eps, meta, layout, |m| {
+            endpoint(m).unwrap_or_default()
+        });
+        self.stats.in_place(f.in_place);
+        self.seg_guess = scatter_guess(meta);
+        self.stats.recv(f.datagrams, f.gro, f.oversize);
+        f.entries
+    }
+
+    /// After a read of `got` messages into the GRO scratch area (its segments copied out into
+    /// `bufs`, the rest queued) or, GRO off, into `bufs` themselves. Returns the entries to
+    /// hand up (0: read again).
+    fn hand_over_copied(
+        &mut self,
+        bufs: &mut [&mut [u8]],
+        sizes: &mut [usize],
+        eps: &mut [Endpoint],
+        got: usize,
+    ) -> usize {
+        let meta = &self.meta[..got.min(self.meta.len())];
+        match self.gro.as_mut() {
+            Some(gro) => {
+                let mut split = Split::default();
+                gro.load(meta, &mut split);
+                gro.drain(bufs, sizes, eps, &mut split);
+                self.stats.recv(split.filled, split.gro, split.dropped);
+                split.filled
+            }
+            None => {
+                let (filled, dropped) = take_plain(meta, sizes, eps);
+                self.stats.recv(filled, 0, dropped);
+                meta.len()
+            }
+        }
+    }
+}
+
+/// Sizes and endpoints of datagrams read with GRO off, one per buffer; a truncated or
+/// (impossibly, without GRO) coalesced datagram gets size 0 and counts as dropped. Returns
+/// (filled, dropped).
+fn take_plain(meta: &[RecvMeta], sizes: &mut [usize], eps: &mut [Endpoint]) -> (usize, usize) {
+    let (mut filled, mut dropped) = (0, 0);
+    for (i, m) in meta.iter().enumerate() {
+        let coalesced = m.gro_size > 0 && m.len > usize::from(m.gro_size);
+        match endpoint(m) {
+            Some(ep) if !m.truncated && !coalesced => {
+                sizes[i] = m.len;
+                eps[i] = ep;
+                filled += 1;
+            }
+            _ => {
+                sizes[i] = 0;
+                dropped += usize::from(m.truncated || coalesced);
+            }
+        }
+    }
+    (filled, dropped)
 }
 
 /// Whether reads scattered in pieces of `seg` fit `bufs` (runs of [`GRO_SEGMENTS`], the first of

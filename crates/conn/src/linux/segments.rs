@@ -113,36 +113,77 @@ pub(crate) fn split(
         if in_place {
             out.in_place += 1;
         }
-        let mut filled = 0;
-        for k in 0..segments {
-            if k >= room {
-                out.oversize += segments - k;
-                break;
-            }
-            let start = k * seg;
-            let end = (start + seg).min(m.len);
-            if k > 0 && !in_place {
-                // Buffers `base` (source) and `base + k` (destination) are distinct slices.
-                let (head, tail) = bufs.split_at_mut(base + k);
-                let (Some(src), Some(dst)) = (
-                    head.get(base).and_then(|b| b.get(start..end)),
-                    tail.first_mut().and_then(|b| b.get_mut(..end - start)),
-                ) else {
-                    out.oversize += 1;
-                    continue;
-                };
-                dst.copy_from_slice(src);
-            }
-            sizes[base + k] = end - start;
-            eps[base + k] = ep;
-            filled = k + 1;
-        }
+        let run = Run {
+            base,
+            room,
+            seg,
+            len: m.len,
+            in_place,
+        };
+        let filled = spread_segments(bufs, sizes, eps, run, ep, &mut out);
         out.datagrams += filled;
         if filled > 0 {
             out.entries = base + filled;
         }
     }
     out
+}
+
+/// One message's place in a read: its run starts at buffer `base` and has `room` entries; its
+/// `len` bytes are segments of `seg`, already one per buffer when `in_place`.
+#[derive(Clone, Copy)]
+struct Run {
+    base: usize,
+    room: usize,
+    seg: usize,
+    len: usize,
+    in_place: bool,
+}
+
+/// Gives each segment of the message in `run` an entry of its own, copying all but the first
+/// out of the run's first buffer unless they are in place already; segments beyond the run's
+/// room, or that a buffer cannot take, count as oversize. Returns the entries filled.
+fn spread_segments(
+    bufs: &mut [&mut [u8]],
+    sizes: &mut [usize],
+    eps: &mut [Endpoint],
+    run: Run,
+    ep: Endpoint,
+    out: &mut Filled,
+) -> usize {
+    let Run {
+        base,
+        room,
+        seg,
+        len,
+        in_place,
+    } = run;
+    let segments = len.div_ceil(seg);
+    let mut filled = 0;
+    for k in 0..segments {
+        if k >= room {
+            out.oversize += segments - k;
+            break;
+        }
+        let start = k * seg;
+        let end = (start + seg).min(len);
+        if k > 0 && !in_place {
+            // Buffers `base` (source) and `base + k` (destination) are distinct slices.
+            let (head, tail) = bufs.split_at_mut(base + k);
+            let (Some(src), Some(dst)) = (
+                head.get(base).and_then(|b| b.get(start..end)),
+                tail.first_mut().and_then(|b| b.get_mut(..end - start)),
+            ) else {
+                out.oversize += 1;
+                continue;
+            };
+            dst.copy_from_slice(src);
+        }
+        sizes[base + k] = end - start;
+        eps[base + k] = ep;
+        filled = k + 1;
+    }
+    filled
 }
 
 /// Moves a message scattered over the whole run `bufs[base..base + room]` in `piece`-byte

@@ -349,29 +349,17 @@ impl GroTable {
         let offset = self.offset;
         let len = self.own[pi];
         let pkt = &bufs[pi].as_ref()[offset..offset + len];
-        let Some(iph_len) = ip_layout(pkt, v6, len) else {
+        let Some(TcpSegment {
+            iph_len,
+            tcph_len,
+            psh,
+            gso_size,
+            seq,
+            key,
+        }) = TcpSegment::parse(pkt, v6, len)
+        else {
             return Outcome::Noop;
         };
-        if len < iph_len + TCP_FLAGS_OFFSET + 1 {
-            return Outcome::Noop;
-        }
-        let tcph_len = usize::from(pkt[iph_len + 12] >> 4) * 4;
-        if !(20..=60).contains(&tcph_len) || len < iph_len + tcph_len {
-            return Outcome::Noop;
-        }
-        let flags = pkt[iph_len + TCP_FLAGS_OFFSET];
-        if flags != TCP_FLAG_ACK && flags != TCP_FLAG_ACK | TCP_FLAG_PSH {
-            return Outcome::Noop;
-        }
-        let psh = flags & TCP_FLAG_PSH != 0;
-        let payload = len - iph_len - tcph_len;
-        if payload == 0 {
-            return Outcome::Noop;
-        }
-        // len <= 65535 (checked in ip_layout), so the payload fits.
-        let gso_size = payload as u16;
-        let seq = be32(pkt, iph_len + 4);
-        let key = FlowKey::new(pkt, v6, iph_len, be32(pkt, iph_len + 8));
 
         let mut j = self.tcp.len();
         while j > 0 {
@@ -729,6 +717,50 @@ fn ip_headers_can_coalesce(a: &[u8], b: &[u8]) -> bool {
         a[0] == b[0] && a[1] >> 4 == b[1] >> 4 && a[7] == b[7]
     } else {
         a[1] == b[1] && a[6] >> 5 == b[6] >> 5 && a[8] == b[8]
+    }
+}
+
+/// What coalescing needs of a TCP packet: one that carries payload with ACK set and no flag
+/// but PSH besides.
+struct TcpSegment {
+    iph_len: usize,
+    tcph_len: usize,
+    psh: bool,
+    /// The payload's length, the segment size of a super-packet it heads.
+    gso_size: u16,
+    seq: u32,
+    key: FlowKey,
+}
+
+impl TcpSegment {
+    /// The packet's TCP fields (`len` bytes, IPv6 if `v6`), or `None` if it is not a
+    /// candidate: a bad header, a flag other than ACK and PSH, or no payload.
+    fn parse(pkt: &[u8], v6: bool, len: usize) -> Option<TcpSegment> {
+        let iph_len = ip_layout(pkt, v6, len)?;
+        if len < iph_len + TCP_FLAGS_OFFSET + 1 {
+            return None;
+        }
+        let tcph_len = usize::from(pkt[iph_len + 12] >> 4) * 4;
+        if !(20..=60).contains(&tcph_len) || len < iph_len + tcph_len {
+            return None;
+        }
+        let flags = pkt[iph_len + TCP_FLAGS_OFFSET];
+        if flags != TCP_FLAG_ACK && flags != TCP_FLAG_ACK | TCP_FLAG_PSH {
+            return None;
+        }
+        let payload = len - iph_len - tcph_len;
+        if payload == 0 {
+            return None;
+        }
+        Some(TcpSegment {
+            iph_len,
+            tcph_len,
+            psh: flags & TCP_FLAG_PSH != 0,
+            // len <= 65535 (checked in ip_layout), so the payload fits.
+            gso_size: payload as u16,
+            seq: be32(pkt, iph_len + 4),
+            key: FlowKey::new(pkt, v6, iph_len, be32(pkt, iph_len + 8)),
+        })
     }
 }
 

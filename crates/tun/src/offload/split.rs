@@ -17,8 +17,8 @@ use super::{
     VIRTIO_NET_HDR_LEN,
 };
 
-/// What [`split_frame`] produced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What [`split_frame`] produced (the default: nothing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Split {
     /// Packets written to `bufs[..packets]`.
     pub packets: usize,
