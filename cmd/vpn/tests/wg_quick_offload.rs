@@ -40,10 +40,8 @@ impl Drop for Setup {
             let _ = Command::new("ip")
                 .args(["-n", ns, "link", "del", ifname])
                 .output();
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").arg(pid).output();
-                }
+            for pid in ns_pids(ns).split_whitespace() {
+                let _ = Command::new("kill").arg(pid).output();
             }
         }
         // The daemons exit once their links are gone; what is left after 2 s is killed.
@@ -52,10 +50,8 @@ impl Drop for Setup {
             std::thread::sleep(Duration::from_millis(10));
         }
         for (ns, ifname) in self.ns.iter().zip(&self.ifs) {
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).output();
-                }
+            for pid in ns_pids(ns).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).output();
             }
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
             let _ = std::fs::remove_file(format!("/var/run/wireguard/{ifname}.sock"));

@@ -191,9 +191,6 @@ pub(crate) struct DeviceInner {
     pub(crate) handshake_rx: Receiver<Option<HandshakeJob>>,
     /// Handshake messages queued for a handshake worker or in one (see [`Device::idle`]).
     pub(crate) handshakes_queued: AtomicUsize,
-    /// Datagrams the socket readers have handed over, published after each batch's work is
-    /// queued (see [`Device::datagrams_handled`]).
-    pub(crate) datagrams_handled: AtomicU64,
     /// Every packet's memory, both directions, under the one cap.
     pub(crate) pool: Arc<Pool>,
     pub(crate) mtu: AtomicUsize,
@@ -287,7 +284,6 @@ impl Device {
             handshake_tx,
             handshake_rx,
             handshakes_queued: AtomicUsize::new(0),
-            datagrams_handled: AtomicU64::new(0),
             pool: Pool::new(opts.memory_budget),
             mtu: AtomicUsize::new(mtu),
             batch_size,
@@ -403,11 +399,12 @@ impl Device {
     }
 
     /// Datagrams the socket readers have handled: read, classified and handed over (to a
-    /// handshake worker's queue, to decryption, or delivered), not merely read. Counted after
-    /// a batch's work is queued, so a test that sees every datagram sent to this device here
-    /// and then [`idle`](Self::idle) knows their effects are done.
+    /// handshake worker's queue, to decryption, or delivered), not merely read. This is the
+    /// `datagrams_received` counter, which a reader adds to once a batch's work is queued, so a
+    /// test that sees every datagram sent to this device here and then [`idle`](Self::idle)
+    /// knows their effects are done.
     pub fn datagrams_handled(&self) -> u64 {
-        self.inner.datagrams_handled.load(Ordering::Acquire)
+        self.inner.stats.datagrams_received.load(Ordering::Acquire)
     }
 
     /// Whether no work is queued or in flight inside the device: no handshake message waits

@@ -148,9 +148,6 @@ impl DeviceInner {
         // Entries of size 0 are holes a reader left (see `vpn_conn::ReceiveFunc`).
         let datagrams = sizes.iter().filter(|&&s| s != 0).count();
         self.stats.recv_calls.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .datagrams_received
-            .fetch_add(datagrams as u64, Ordering::Relaxed);
         let now = self.now();
         self.bulk.observe(&mut st.bulk, datagrams, || now);
         if !(n == 1 && self.receive_one(st, now)) {
@@ -158,8 +155,9 @@ impl DeviceInner {
             self.hand_over_handshakes(st);
             self.hand_over_transport(st);
         }
-        // After the batch's work is queued or done (`Device::datagrams_handled`).
-        self.datagrams_handled
+        // Counted once the batch's work is queued or done (`Device::datagrams_handled`).
+        self.stats
+            .datagrams_received
             .fetch_add(datagrams as u64, Ordering::Release);
     }
 

@@ -39,7 +39,7 @@ stats! {
     datagram_yields,
     /// Bind receive calls.
     recv_calls,
-    /// Datagrams those calls returned.
+    /// Datagrams those calls returned, counted once each batch's work is handed over.
     datagrams_received,
     /// Per-peer inbound batches opened (a datagram read alone and opened by its reader counts
     /// as one).

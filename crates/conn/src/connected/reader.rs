@@ -69,12 +69,10 @@ impl PairReader {
         stride: usize,
         slot: usize,
     ) -> io::Result<usize> {
-        let guard = self.pair.fam.sock.read();
-        let Some(sock) = guard.as_ref() else {
-            return Err(err_closed());
-        };
-        self.batch
-            .recv_strided(sock.as_fd(), bufs, stride, slot, &mut self.meta)
+        self.pair.fam.with_sock(|sock| {
+            self.batch
+                .recv_strided(sock.as_fd(), bufs, stride, slot, &mut self.meta)
+        })
     }
 
     /// A read failed for good: the pair leaves the set (its peer falls back to the shared

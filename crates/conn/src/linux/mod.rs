@@ -37,7 +37,7 @@ use vpn_sys::mmsg::{self, MsgPlan, SendBatch};
 use crate::bind_core::{Core, Shared};
 use crate::connected::ConnectedSockets;
 use crate::{
-    err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, ReceiveFuncStarter,
+    err_closed, is_err_closed, Bind, Endpoint, ErrUdpGsoDisabled, ReceiveFunc, ReceiveFuncStarter,
     IDEAL_BATCH_SIZE,
 };
 use recv::Reader;
@@ -62,24 +62,31 @@ impl Family {
         self.closed.load(Ordering::SeqCst)
     }
 
+    /// `f` on the socket, under its read lock (a close waits for it); [`err_closed`] once the
+    /// socket is gone.
+    pub(crate) fn with_sock<R>(&self, f: impl FnOnce(&Socket) -> io::Result<R>) -> io::Result<R> {
+        let guard = self.sock.read();
+        f(guard.as_ref().ok_or_else(err_closed)?)
+    }
+
+    /// One datagram (a lone packet: no batch scratch, see `mmsg::send_one`). A sticky source
+    /// the kernel refuses is dropped for a retry, as `send::send_all` does for batches.
+    fn send_one(&self, buf: &[u8], dst: &SocketAddr, src: Option<PktInfo>) -> io::Result<()> {
+        self.with_sock(
+            |sock| match mmsg::send_one(sock.as_fd(), dst, src.as_ref(), buf) {
+                Err(e) if src.is_some() && send::is_bad_source(&e) => {
+                    mmsg::send_one(sock.as_fd(), dst, None, buf).map(drop)
+                }
+                r => r.map(drop),
+            },
+        )
+    }
+
     /// Sends `bufs` on this family's socket in chunks of at most a batch, through
     /// [`send_all`] (GSO plans, EIO fallback) with pooled scratch arrays; `sys` is the actual
     /// `sendmmsg` (to an address, or on a connected socket). A GSO fallback whose resend
     /// worked is reported after the remaining chunks went out; any other error stops. Closing
     /// the socket meanwhile turns the error into [`err_closed`].
-    /// One datagram (a lone packet: no batch scratch, see `mmsg::send_one`). A sticky source
-    /// the kernel refuses is dropped for a retry, as `send::send_all` does for batches.
-    fn send_one(&self, buf: &[u8], dst: &SocketAddr, src: Option<PktInfo>) -> io::Result<()> {
-        let sock = self.sock.read();
-        let sock = sock.as_ref().ok_or_else(err_closed)?;
-        match mmsg::send_one(sock.as_fd(), dst, src.as_ref(), buf) {
-            Err(e) if src.is_some() && send::is_bad_source(&e) => {
-                mmsg::send_one(sock.as_fd(), dst, None, buf).map(drop)
-            }
-            r => r.map(drop),
-        }
-    }
-
     pub(crate) fn send_batch<F>(
         &self,
         pool: &Mutex<Vec<SendScratch>>,
@@ -143,15 +150,10 @@ impl Family {
             if self.is_closed() {
                 return Err(err_closed());
             }
-            let res = {
-                let guard = self.sock.read();
-                let Some(sock) = guard.as_ref() else {
-                    return Err(err_closed());
-                };
-                sock.peek(&mut [std::mem::MaybeUninit::uninit(); 1])
-            };
+            let res = self.with_sock(|sock| sock.peek(&mut [std::mem::MaybeUninit::uninit(); 1]));
             match res {
                 _ if self.is_closed() => return Err(err_closed()),
+                Err(e) if is_err_closed(&e) => return Err(e),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 _ => return Ok(()),
             }

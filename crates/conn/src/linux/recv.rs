@@ -322,12 +322,8 @@ impl Reader {
         runs: usize,
         scatter: bool,
     ) -> io::Result<usize> {
-        let guard = self.fam.sock.read();
-        let Some(sock) = guard.as_ref() else {
-            return Err(err_closed());
-        };
         let reads = bufs.len() / 64;
-        match self.gro.as_mut() {
+        self.fam.with_sock(|sock| match self.gro.as_mut() {
             Some(_) if runs > 0 && scatter => self.batch.recv_scattered(
                 sock.as_fd(),
                 &mut bufs[..runs],
@@ -345,7 +341,7 @@ impl Reader {
             ),
             Some(gro) => gro.read(&mut self.batch, sock.as_fd(), reads, &mut self.meta),
             None => self.batch.recv(sock.as_fd(), bufs, &mut self.meta),
-        }
+        })
     }
 
     /// After a direct read of `got` messages: splits each super-datagram into the buffers of
