@@ -823,7 +823,7 @@ pub fn down(args: &Args) -> Result<(), Error> {
             dump.parse::<vpn_ipc::DeviceState>()
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
         })
-        .map(|state| Config::from_state(&state, &t.config.interface));
+        .map(|state| t.config.with_device_state(&state));
     if t.config.interface.save_config {
         let running = running
             .as_ref()

@@ -1,12 +1,58 @@
 //! The wg-quick configuration format.
 //!
-//! One file holds two kinds of keys: the ones `wg setconf` understands (keys, port, fwmark,
-//! peers) and the ones only wg-quick acts on (addresses, DNS, MTU, routing table, hooks,
-//! SaveConfig). [`parse`] reads both, refusing bad input with the line it is on, so `vpn up`
-//! can fail before it touches the system; [`Config::to_change`] turns the `wg` half into a typed
-//! UAPI change (`vpn-ipc`, which renders the `set` body); [`Config::from_state`] and
+//! One file holds three kinds of settings: the keys `wg setconf` understands (keys, port,
+//! fwmark, peers), the ones only wg-quick acts on (addresses, DNS, MTU, routing table, hooks,
+//! SaveConfig), and wireproxy's sections for the userspace proxy and forwarder (`vpn proxy`,
+//! `vpn forward`), which wg-quick never reads. [`parse`] reads all three, refusing bad input
+//! with the line it is on, so `vpn up` can fail before it touches the system;
+//! [`Config::to_change`] turns the `wg` half into a typed UAPI change (`vpn-ipc`, which
+//! renders the `set` body); [`Config::from_state`], [`Config::with_device_state`] and
 //! [`Config::render`] write a running interface back as a file for SaveConfig.
+//!
+//! # Proxy and forwarding sections
+//!
+//! Section names and keys are case-insensitive, as everywhere in the file. Bringing the
+//! configuration up as an interface ([`Config::to_change`], wg-quick's `up`) ignores them.
+//!
+//! | Section | Keys | Parsed into |
+//! |---|---|---|
+//! | `[Socks5]`, at most once | `BindAddress = ADDR:PORT` (required), `Username`, `Password` | [`Config::socks5`] |
+//! | `[http]`, at most once | the same keys | [`Config::http`] |
+//! | `[TCPClientTunnel]`, `[UDPClientTunnel]`, any number | `BindAddress = [ADDR:]PORT`, `Target = HOST:PORT` (both required) | [`Config::local_forwards`] |
+//! | `[TCPServerTunnel]`, `[UDPServerTunnel]`, any number | `ListenPort = PORT`, `Target = HOST:PORT` (both required) | [`Config::remote_forwards`] |
+//!
+//! - `BindAddress` is a local address: an IP address and a port (`127.0.0.1:1080`,
+//!   `[::1]:1080`); in the client tunnels a bare port means `127.0.0.1`. Port 0 lets the
+//!   system choose.
+//! - `Username` and `Password` come together or not at all; each is 1 to 255 bytes (the
+//!   SOCKS5 limit), cannot contain `#` (it starts a comment), and an `[http]` username
+//!   cannot contain `:` (Basic authentication splits on it).
+//! - A client tunnel listens on `BindAddress` and forwards each connection (TCP) or datagram
+//!   flow (UDP) to `Target`, an address behind the tunnel, reached through it.
+//! - A server tunnel listens on `ListenPort` of the tunnel's own address and forwards to
+//!   `Target`, a local service.
+//! - `Target` is a host name, an IPv4 address or a bracketed IPv6 address (`[fd00::1]:80`),
+//!   and a port other than 0; names are resolved when the forward is used.
+//! - Two listeners on the same protocol and address (the SOCKS5 and HTTP proxies are TCP),
+//!   or two server tunnels on the same protocol and port, are refused.
+//!
+//! ```text
+//! [Socks5]
+//! BindAddress = 127.0.0.1:1080
+//! Username = alice
+//! Password = secret
+//!
+//! [TCPClientTunnel]
+//! BindAddress = 25565
+//! Target = play.example.net:25565
+//!
+//! [UDPServerTunnel]
+//! ListenPort = 53
+//! Target = 127.0.0.1:5353
+//! ```
 #![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
 
 mod error;
 mod parse;
@@ -26,6 +72,65 @@ pub struct Config {
     pub interface: Interface,
     /// The `[Peer]` sections, in file order.
     pub peers: Vec<Peer>,
+    /// The `[Socks5]` section: a SOCKS5 proxy into the tunnel (`vpn proxy`).
+    pub socks5: Option<ProxySettings>,
+    /// The `[http]` section: an HTTP proxy (CONNECT and plain requests) into the tunnel.
+    pub http: Option<ProxySettings>,
+    /// The `[TCPClientTunnel]` and `[UDPClientTunnel]` sections, in file order: local ports
+    /// forwarded to addresses behind the tunnel (`vpn forward`).
+    pub local_forwards: Vec<LocalForward>,
+    /// The `[TCPServerTunnel]` and `[UDPServerTunnel]` sections, in file order: ports on the
+    /// tunnel address forwarded to local services.
+    pub remote_forwards: Vec<RemoteForward>,
+}
+
+impl Config {
+    /// A configuration with the given interface, no peers and none of the proxy or
+    /// forwarding sections.
+    pub fn new(interface: Interface) -> Self {
+        Config {
+            interface,
+            peers: Vec::new(),
+            socks5: None,
+            http: None,
+            local_forwards: Vec::new(),
+            remote_forwards: Vec::new(),
+        }
+    }
+}
+
+/// A `[Socks5]` or `[http]` section: a proxy listening on a local address whose outgoing
+/// connections go through the tunnel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxySettings {
+    /// `BindAddress`: where the proxy listens.
+    pub bind: SocketAddr,
+    /// `Username` and `Password`, which come together; `None` means no authentication.
+    pub auth: Option<(String, String)>,
+}
+
+/// A `[TCPClientTunnel]` or `[UDPClientTunnel]` section: a local port forwarded to an address
+/// behind the tunnel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalForward {
+    /// `BindAddress`: the local listening address (a bare port in the file is `127.0.0.1`).
+    pub bind: SocketAddr,
+    /// `Target`: the host (name or IP, unresolved) and port reached through the tunnel.
+    pub target: Endpoint,
+    /// True for `[UDPClientTunnel]`, false for `[TCPClientTunnel]`.
+    pub udp: bool,
+}
+
+/// A `[TCPServerTunnel]` or `[UDPServerTunnel]` section: a port on the tunnel address
+/// forwarded to a local service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteForward {
+    /// `ListenPort`: the port on the tunnel's own address (never 0).
+    pub port: u16,
+    /// `Target`: the local service's host (name or IP, unresolved) and port.
+    pub target: Endpoint,
+    /// True for `[UDPServerTunnel]`, false for `[TCPServerTunnel]`.
+    pub udp: bool,
 }
 
 /// The `[Interface]` section: the device keys `wg` applies and the extras wg-quick applies.

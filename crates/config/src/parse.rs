@@ -6,15 +6,19 @@
 //! list items is ignored. Unlike `wg`, which silently lets a later line override an earlier
 //! one, a second occurrence of a single-valued key is an error: it is almost always a
 //! copy-paste mistake and the user should see which line wins.
+//!
+//! The proxy and forwarding sections (see the crate docs) follow the same rules; `[Socks5]`
+//! and `[http]` may appear once each, the tunnel sections any number of times, and every
+//! key of theirs is single-valued.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use vpn_proto::keys::{PresharedKey, PrivateKey, PublicKey};
 
 use crate::error::ConfigError;
 use crate::types::{Endpoint, IpPrefix};
-use crate::{Config, Interface, Peer};
+use crate::{Config, Interface, LocalForward, Peer, ProxySettings, RemoteForward};
 
 /// Smallest MTU Linux accepts for an IPv4 interface.
 const MIN_MTU: u32 = 68;
@@ -38,6 +42,58 @@ enum Section {
     None,
     Interface,
     Peer,
+    Proxy(ProxyKind),
+    Forward,
+}
+
+/// Which proxy section: each may appear once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ProxyKind {
+    Socks5,
+    Http,
+}
+
+impl ProxyKind {
+    fn name(self) -> &'static str {
+        match self {
+            ProxyKind::Socks5 => "[Socks5]",
+            ProxyKind::Http => "[http]",
+        }
+    }
+}
+
+/// The canonical header of a tunnel section.
+fn forward_name(remote: bool, udp: bool) -> &'static str {
+    match (remote, udp) {
+        (false, false) => "[TCPClientTunnel]",
+        (false, true) => "[UDPClientTunnel]",
+        (true, false) => "[TCPServerTunnel]",
+        (true, true) => "[UDPServerTunnel]",
+    }
+}
+
+/// A value and the line it was set on.
+type At<T> = Option<(T, usize)>;
+
+/// A `[Socks5]` or `[http]` section being read.
+struct ProxyDraft {
+    header_line: usize,
+    bind: At<SocketAddr>,
+    username: At<String>,
+    password: At<String>,
+    seen: HashMap<&'static str, usize>,
+}
+
+/// A tunnel section being read.
+struct ForwardDraft {
+    header_line: usize,
+    /// A server tunnel (`ListenPort`) rather than a client tunnel (`BindAddress`).
+    remote: bool,
+    udp: bool,
+    bind: At<SocketAddr>,
+    port: At<u16>,
+    target: Option<Endpoint>,
+    seen: HashMap<&'static str, usize>,
 }
 
 /// A `[Peer]` section being read: the public key may come last.
@@ -56,6 +112,9 @@ struct Parser {
     iface: Option<Interface>,
     iface_seen: HashMap<&'static str, usize>,
     peers: Vec<PeerDraft>,
+    socks5: Option<ProxyDraft>,
+    http: Option<ProxyDraft>,
+    forwards: Vec<ForwardDraft>,
 }
 
 /// Canonical spellings, used in messages and as duplicate-tracking keys.
@@ -80,6 +139,12 @@ const PEER_KEYS: &[&str] = &[
     "Endpoint",
     "PersistentKeepalive",
 ];
+const PROXY_KEYS: &[&str] = &["BindAddress", "Username", "Password"];
+const CLIENT_TUNNEL_KEYS: &[&str] = &["BindAddress", "Target"];
+const SERVER_TUNNEL_KEYS: &[&str] = &["ListenPort", "Target"];
+
+/// The SOCKS5 username/password limit (RFC 1929), applied to both proxies.
+const MAX_CREDENTIAL_LEN: usize = 255;
 
 fn canonical(keys: &[&'static str], key: &str) -> Option<&'static str> {
     keys.iter().copied().find(|k| k.eq_ignore_ascii_case(key))
@@ -151,6 +216,61 @@ fn prefixes(line: usize, v: &str, out: &mut Vec<IpPrefix>) -> Result<(), ConfigE
     Ok(())
 }
 
+/// `BindAddress`: `ADDR:PORT` (`[v6]:PORT` for IPv6), or with `bare_port` also `PORT` alone,
+/// meaning 127.0.0.1.
+fn bind_address(line: usize, v: &str, bare_port: bool) -> Result<SocketAddr, ConfigError> {
+    if bare_port && !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        let port = number(line, "BindAddress", v, u16::MAX.into())? as u16;
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    // std's parser takes digits only for the port (no sign, no blanks).
+    v.parse().map_err(|_| {
+        let form = if bare_port {
+            "[ADDR:]PORT"
+        } else {
+            "ADDR:PORT"
+        };
+        ConfigError::new(
+            line,
+            format!(
+                "BindAddress: `{v}` is not {form} (an IP address and a port, IPv6 in brackets: \
+                 127.0.0.1:1080, [::1]:1080)"
+            ),
+        )
+    })
+}
+
+/// `Target`: `HOST:PORT` with a host name, IPv4 address or bracketed IPv6 address, port not 0.
+fn target(line: usize, v: &str) -> Result<Endpoint, ConfigError> {
+    let t: Endpoint = v
+        .parse()
+        .map_err(|m| ConfigError::new(line, format!("Target: {m}")))?;
+    if t.port() == 0 {
+        return err(line, format!("Target: `{v}` has port 0"));
+    }
+    Ok(t)
+}
+
+/// `Username` or `Password`: 1 to 255 bytes; a `:` in an HTTP username is refused.
+fn credential(line: usize, key: &str, v: &str, kind: ProxyKind) -> Result<String, ConfigError> {
+    if v.is_empty() {
+        return err(line, format!("{key}: empty value"));
+    }
+    if v.len() > MAX_CREDENTIAL_LEN {
+        return err(
+            line,
+            format!("{key}: longer than {MAX_CREDENTIAL_LEN} bytes"),
+        );
+    }
+    if kind == ProxyKind::Http && key == "Username" && v.contains(':') {
+        return err(
+            line,
+            "Username: `:` cannot be used in an [http] username (Basic authentication splits on it)",
+        );
+    }
+    Ok(v.to_owned())
+}
+
 fn is_search_domain(s: &str) -> bool {
     s.len() <= 253
         && s.bytes()
@@ -177,6 +297,8 @@ impl Parser {
             Section::None => err(line, format!("`{key}` outside a section")),
             Section::Interface => self.interface_key(line, key, value, unstripped),
             Section::Peer => self.peer_key(line, key, value),
+            Section::Proxy(kind) => self.proxy_key(line, kind, key, value),
+            Section::Forward => self.forward_key(line, key, value),
         }
     }
 
@@ -196,6 +318,47 @@ impl Parser {
                 peer: Peer::new(PublicKey::from_bytes([0; 32])),
                 seen: HashMap::new(),
             });
+        } else if let Some(kind) = [ProxyKind::Socks5, ProxyKind::Http]
+            .into_iter()
+            .find(|k| name.eq_ignore_ascii_case(k.name()))
+        {
+            let slot = match kind {
+                ProxyKind::Socks5 => &mut self.socks5,
+                ProxyKind::Http => &mut self.http,
+            };
+            if let Some(first) = slot {
+                return err(
+                    line,
+                    format!(
+                        "duplicate {} section (first on line {})",
+                        kind.name(),
+                        first.header_line
+                    ),
+                );
+            }
+            *slot = Some(ProxyDraft {
+                header_line: line,
+                bind: None,
+                username: None,
+                password: None,
+                seen: HashMap::new(),
+            });
+            self.section = Section::Proxy(kind);
+        } else if let Some((remote, udp)) =
+            [(false, false), (false, true), (true, false), (true, true)]
+                .into_iter()
+                .find(|&(r, u)| name.eq_ignore_ascii_case(forward_name(r, u)))
+        {
+            self.forwards.push(ForwardDraft {
+                header_line: line,
+                remote,
+                udp,
+                bind: None,
+                port: None,
+                target: None,
+                seen: HashMap::new(),
+            });
+            self.section = Section::Forward;
         } else {
             return err(line, format!("unknown section `{stripped}`"));
         }
@@ -319,6 +482,69 @@ impl Parser {
         Ok(())
     }
 
+    fn proxy_key(
+        &mut self,
+        line: usize,
+        kind: ProxyKind,
+        key: &str,
+        v: &str,
+    ) -> Result<(), ConfigError> {
+        let Some(k) = canonical(PROXY_KEYS, key) else {
+            return err(line, format!("unknown key `{key}` in {}", kind.name()));
+        };
+        let slot = match kind {
+            ProxyKind::Socks5 => &mut self.socks5,
+            ProxyKind::Http => &mut self.http,
+        };
+        let Some(d) = slot.as_mut() else {
+            return err(line, "internal: proxy section without state");
+        };
+        once(&mut d.seen, k, line)?;
+        match k {
+            "BindAddress" => d.bind = Some((bind_address(line, v, false)?, line)),
+            "Username" => d.username = Some((credential(line, k, v, kind)?, line)),
+            "Password" => d.password = Some((credential(line, k, v, kind)?, line)),
+            _ => return err(line, format!("unknown key `{key}` in {}", kind.name())),
+        }
+        Ok(())
+    }
+
+    fn forward_key(&mut self, line: usize, key: &str, v: &str) -> Result<(), ConfigError> {
+        let Some(d) = self.forwards.last_mut() else {
+            return err(line, "internal: tunnel section without state");
+        };
+        let keys = if d.remote {
+            SERVER_TUNNEL_KEYS
+        } else {
+            CLIENT_TUNNEL_KEYS
+        };
+        let Some(k) = canonical(keys, key) else {
+            return err(
+                line,
+                format!("unknown key `{key}` in {}", forward_name(d.remote, d.udp)),
+            );
+        };
+        once(&mut d.seen, k, line)?;
+        match k {
+            "BindAddress" => d.bind = Some((bind_address(line, v, true)?, line)),
+            "ListenPort" => {
+                let port = number(line, k, v, u16::MAX.into())? as u16;
+                if port == 0 {
+                    return err(line, "ListenPort: 0 is not a port to listen on");
+                }
+                d.port = Some((port, line));
+            }
+            "Target" => d.target = Some(target(line, v)?),
+            _ => {
+                return err(
+                    line,
+                    format!("unknown key `{key}` in {}", forward_name(d.remote, d.udp)),
+                )
+            }
+        }
+        Ok(())
+    }
+
     fn finish(self) -> Result<Config, ConfigError> {
         let at = self.interface_line.unwrap_or(1);
         let (Some(private_key), Some(mut interface)) = (self.private_key, self.iface) else {
@@ -334,8 +560,95 @@ impl Parser {
             peer.public_key = pk;
             peers.push(peer);
         }
-        Ok(Config { interface, peers })
+        let mut config = Config::new(interface);
+        config.peers = peers;
+        // Listeners by (udp, address) and server tunnels by (udp, port), each with the line
+        // that set it, to refuse two on the same one.
+        let mut binds: Vec<(bool, SocketAddr, usize, &'static str)> = Vec::new();
+        let mut ports: Vec<(bool, u16, usize, &'static str)> = Vec::new();
+        for (kind, draft) in [
+            (ProxyKind::Socks5, self.socks5),
+            (ProxyKind::Http, self.http),
+        ] {
+            let Some(d) = draft else { continue };
+            let Some((bind, bind_line)) = d.bind else {
+                return err(
+                    d.header_line,
+                    format!("{} without BindAddress", kind.name()),
+                );
+            };
+            let auth = match (d.username, d.password) {
+                (None, None) => None,
+                (Some((u, _)), Some((p, _))) => Some((u, p)),
+                (Some((_, at)), None) => {
+                    return err(at, format!("Username without Password in {}", kind.name()))
+                }
+                (None, Some((_, at))) => {
+                    return err(at, format!("Password without Username in {}", kind.name()))
+                }
+            };
+            binds.push((false, bind, bind_line, kind.name()));
+            let settings = Some(ProxySettings { bind, auth });
+            match kind {
+                ProxyKind::Socks5 => config.socks5 = settings,
+                ProxyKind::Http => config.http = settings,
+            }
+        }
+        for d in self.forwards {
+            let name = forward_name(d.remote, d.udp);
+            let Some(target) = d.target else {
+                return err(d.header_line, format!("{name} without Target"));
+            };
+            if d.remote {
+                let Some((port, at)) = d.port else {
+                    return err(d.header_line, format!("{name} without ListenPort"));
+                };
+                ports.push((d.udp, port, at, name));
+                config.remote_forwards.push(RemoteForward {
+                    port,
+                    target,
+                    udp: d.udp,
+                });
+            } else {
+                let Some((bind, at)) = d.bind else {
+                    return err(d.header_line, format!("{name} without BindAddress"));
+                };
+                binds.push((d.udp, bind, at, name));
+                config.local_forwards.push(LocalForward {
+                    bind,
+                    target,
+                    udp: d.udp,
+                });
+            }
+        }
+        conflicts(binds, "BindAddress", |a| a.port() == 0)?;
+        conflicts(ports, "ListenPort", |_| false)?;
+        Ok(config)
     }
+}
+
+/// Refuses two entries with the same protocol and value, naming the later line; `free`
+/// values (a port-0 bind: the system picks a fresh port each time) never conflict.
+fn conflicts<T: Copy + Eq + std::hash::Hash + std::fmt::Display>(
+    mut entries: Vec<(bool, T, usize, &'static str)>,
+    key: &str,
+    free: impl Fn(&T) -> bool,
+) -> Result<(), ConfigError> {
+    entries.sort_by_key(|e| e.2);
+    let mut first: HashMap<(bool, T), (usize, &'static str)> = HashMap::new();
+    for (udp, value, line, section) in entries {
+        if free(&value) {
+            continue;
+        }
+        if let Some((at, by)) = first.insert((udp, value), (line, section)) {
+            let proto = if udp { "UDP" } else { "TCP" };
+            return err(
+                line,
+                format!("{key} {value} ({proto}) is already used by {by} on line {at}"),
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,14 +1,25 @@
 //! Writing a [`Config`] back in wg-quick format (SaveConfig).
 //!
 //! The layout is what wg-quick's `save_config` produces: the wg-quick-only keys first, then
-//! what `wg showconf` prints (ListenPort, FwMark, PrivateKey, then the peers).
+//! what `wg showconf` prints (ListenPort, FwMark, PrivateKey, then the peers), then the proxy
+//! and forwarding sections: `[Socks5]`, `[http]`, the client tunnels and the server tunnels,
+//! each list in its order.
 
 use std::fmt::Write as _;
 
-use crate::Config;
+use crate::{Config, ProxySettings};
+
+/// One `[Socks5]` or `[http]` section.
+fn proxy(out: &mut String, header: &str, p: &ProxySettings) {
+    let _ = writeln!(out, "\n{header}\nBindAddress = {}", p.bind);
+    if let Some((user, pass)) = &p.auth {
+        let _ = writeln!(out, "Username = {user}\nPassword = {pass}");
+    }
+}
 
 impl Config {
-    /// The file text; [`crate::parse`] reads it back to an equal `Config`.
+    /// The file text; [`crate::parse`] reads it back to an equal `Config` (for any `Config` it
+    /// returned; one built by hand must keep to what it accepts, e.g. no `#` in a password).
     pub fn render(&self) -> String {
         let i = &self.interface;
         let mut out = String::from("[Interface]\n");
@@ -71,13 +82,38 @@ impl Config {
                 let _ = writeln!(out, "PersistentKeepalive = {ka}");
             }
         }
+        if let Some(p) = &self.socks5 {
+            proxy(&mut out, "[Socks5]", p);
+        }
+        if let Some(p) = &self.http {
+            proxy(&mut out, "[http]", p);
+        }
+        for f in &self.local_forwards {
+            let proto = if f.udp { "UDP" } else { "TCP" };
+            let _ = writeln!(
+                out,
+                "\n[{proto}ClientTunnel]\nBindAddress = {}\nTarget = {}",
+                f.bind, f.target
+            );
+        }
+        for f in &self.remote_forwards {
+            let proto = if f.udp { "UDP" } else { "TCP" };
+            let _ = writeln!(
+                out,
+                "\n[{proto}ServerTunnel]\nListenPort = {}\nTarget = {}",
+                f.port, f.target
+            );
+        }
         out
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{parse, Config, Interface, Peer, PresharedKey, PrivateKey, PublicKey, Table};
+    use crate::{
+        parse, Config, Interface, LocalForward, Peer, PresharedKey, PrivateKey, ProxySettings,
+        PublicKey, RemoteForward, Table,
+    };
 
     fn rich() -> Config {
         let mut i = Interface::new(PrivateKey::from_bytes([0x42; 32]));
@@ -106,6 +142,43 @@ mod tests {
         Config {
             interface: i,
             peers: vec![a, b, Peer::new(PublicKey::from_bytes([4; 32]))],
+            socks5: Some(ProxySettings {
+                bind: "127.0.0.1:1080".parse().unwrap(),
+                auth: Some(("alice".into(), "p=ss word!".into())),
+            }),
+            http: Some(ProxySettings {
+                bind: "[::1]:3128".parse().unwrap(),
+                auth: None,
+            }),
+            local_forwards: vec![
+                LocalForward {
+                    bind: "127.0.0.1:25565".parse().unwrap(),
+                    target: "play.example.net:25565".parse().unwrap(),
+                    udp: false,
+                },
+                LocalForward {
+                    bind: "[fe80::1%3]:53".parse().unwrap(),
+                    target: "[fd00::53]:53".parse().unwrap(),
+                    udp: true,
+                },
+                LocalForward {
+                    bind: "0.0.0.0:8080".parse().unwrap(),
+                    target: "100.64.0.9:80".parse().unwrap(),
+                    udp: false,
+                },
+            ],
+            remote_forwards: vec![
+                RemoteForward {
+                    port: 8443,
+                    target: "localhost:443".parse().unwrap(),
+                    udp: false,
+                },
+                RemoteForward {
+                    port: 53,
+                    target: "127.0.0.1:5353".parse().unwrap(),
+                    udp: true,
+                },
+            ],
         }
     }
 
@@ -117,6 +190,24 @@ mod tests {
         assert!(text.starts_with("[Interface]\nAddress = 100.64.0.1/24\n"));
         assert!(text.contains("FwMark = 0xca6c\n"));
         assert!(text.contains("DNS = 100.64.0.53, fd00::53, corp.example\n"));
+        assert!(text.contains(
+            "\n[Socks5]\nBindAddress = 127.0.0.1:1080\nUsername = alice\nPassword = p=ss word!\n"
+        ));
+        assert!(text.contains("\n[http]\nBindAddress = [::1]:3128\n\n"));
+        assert!(text.contains(
+            "\n[UDPClientTunnel]\nBindAddress = [fe80::1%3]:53\nTarget = [fd00::53]:53\n"
+        ));
+        assert!(text.ends_with("\n[UDPServerTunnel]\nListenPort = 53\nTarget = 127.0.0.1:5353\n"));
+        // The device half is unaffected by the proxy sections.
+        let wg_only = Config {
+            socks5: None,
+            http: None,
+            local_forwards: vec![],
+            remote_forwards: vec![],
+            ..c.clone()
+        };
+        let dns = |h: &str, p| Ok(std::net::SocketAddr::from(([198, 18, 0, h.len() as u8], p)));
+        assert_eq!(c.to_uapi(dns).unwrap(), wg_only.to_uapi(dns).unwrap());
 
         let mut off = rich();
         off.interface.fwmark = Some(0);
@@ -124,10 +215,13 @@ mod tests {
         off.interface.save_config = false;
         assert_eq!(parse(&off.render()).unwrap(), off);
 
-        let minimal = Config {
-            interface: Interface::new(PrivateKey::from_bytes([5; 32])),
-            peers: vec![],
-        };
+        let mut only_forwards = rich();
+        only_forwards.socks5 = None;
+        only_forwards.http = None;
+        only_forwards.peers.clear();
+        assert_eq!(parse(&only_forwards.render()).unwrap(), only_forwards);
+
+        let minimal = Config::new(Interface::new(PrivateKey::from_bytes([5; 32])));
         assert_eq!(
             minimal.render(),
             format!(
@@ -147,11 +241,27 @@ mod tests {
             "01".repeat(32),
             "00".repeat(32)
         );
-        let running = Config::from_state(&dump.parse().unwrap(), &c.interface);
+        let state = dump.parse().unwrap();
+        let running = Config::from_state(&state, &c.interface);
         let back = parse(&running.render()).unwrap();
         assert_eq!(back, running);
         assert_eq!(back.interface.listen_port, Some(40001));
         assert_eq!(back.interface.fwmark, None);
         assert_eq!(back.interface.post_up, c.interface.post_up);
+        assert_eq!((back.socks5, back.local_forwards.len()), (None, 0));
+
+        // Keeping the file's proxy and forwarding sections.
+        let kept = c.with_device_state(&state);
+        assert_eq!(
+            kept,
+            Config {
+                socks5: c.socks5.clone(),
+                http: c.http.clone(),
+                local_forwards: c.local_forwards.clone(),
+                remote_forwards: c.remote_forwards.clone(),
+                ..running
+            }
+        );
+        assert_eq!(parse(&kept.render()).unwrap(), kept);
     }
 }

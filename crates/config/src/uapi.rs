@@ -12,6 +12,7 @@ use crate::{Config, Interface, Peer};
 impl Config {
     /// The change that makes the device match this file, as `wg setconf` sends it: device
     /// keys, `replace_peers`, then each peer with `replace_allowed_ips` and its allowed IPs.
+    /// The proxy and forwarding sections play no part.
     ///
     /// `resolve` turns an endpoint's host and port into an address (hostnames are looked up
     /// once, here, as `wg` does). Allowed IPs are sent masked, as the device stores them.
@@ -72,7 +73,8 @@ impl Config {
     /// `interface_extras`.
     ///
     /// A state without a private key keeps the one in `interface_extras`; zero values (port,
-    /// mark, preshared key, keepalive) are "not set".
+    /// mark, preshared key, keepalive) are "not set". The result has none of the proxy and
+    /// forwarding sections; [`with_device_state`](Self::with_device_state) keeps a file's.
     pub fn from_state(state: &DeviceState, interface_extras: &Interface) -> Config {
         let mut interface = interface_extras.clone();
         if let Some(sk) = state.private_key.as_ref().filter(|k| !k.is_zero()) {
@@ -99,7 +101,22 @@ impl Config {
                 p
             })
             .collect();
-        Config { interface, peers }
+        let mut config = Config::new(interface);
+        config.peers = peers;
+        config
+    }
+
+    /// This file with its device half replaced by `state`, as SaveConfig writes it: what
+    /// [`from_state`](Self::from_state) builds from this file's [`Interface`], with this
+    /// file's proxy and forwarding sections kept.
+    pub fn with_device_state(&self, state: &DeviceState) -> Config {
+        Config {
+            socks5: self.socks5.clone(),
+            http: self.http.clone(),
+            local_forwards: self.local_forwards.clone(),
+            remote_forwards: self.remote_forwards.clone(),
+            ..Config::from_state(state, &self.interface)
+        }
     }
 }
 

@@ -34,6 +34,19 @@ pub use udp::UdpSocket;
 use std::io;
 use std::net::IpAddr;
 
+/// What a stack holds at one moment ([`Net::stats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackStats {
+    /// Open sockets, including connections being set up or closed and not yet swept.
+    pub sockets: usize,
+    /// The cap on `sockets`.
+    pub max_sockets: usize,
+    /// Bytes of socket buffers allocated.
+    pub memory_used: usize,
+    /// The cap on `memory_used`.
+    pub memory_budget: usize,
+}
+
 /// A stack with `addresses` (its own, one per family at least, at most 8), asking
 /// `dns_servers` for names, sending packets of at most `mtu` bytes; default [`Options`].
 ///

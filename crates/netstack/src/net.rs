@@ -71,6 +71,11 @@ impl Net {
         &self.stack.addrs
     }
 
+    /// The sockets and buffer memory the stack holds now, and their caps.
+    pub fn stats(&self) -> crate::StackStats {
+        self.stack.lock().stats(&self.stack.opts)
+    }
+
     /// The DNS servers [`lookup_host`](Self::lookup_host) asks.
     pub fn dns_servers(&self) -> &[IpAddr] {
         &self.stack.dns

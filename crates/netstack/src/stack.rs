@@ -315,6 +315,10 @@ impl State {
         cost: usize,
         port: Option<(Proto, u16)>,
     ) -> io::Result<SocketHandle> {
+        if self.entries.len() >= opts.max_sockets || self.used + cost > opts.budget {
+            // Closed connections not yet swept still count: sweep them now, not at the tick.
+            self.housekeeping(opts);
+        }
         if self.entries.len() >= opts.max_sockets {
             return Err(io::Error::new(
                 io::ErrorKind::OutOfMemory,
@@ -452,7 +456,10 @@ impl State {
     fn listen_for_syn(&mut self, packet: &[u8], opts: &Options) -> Option<(SocketHandle, u16)> {
         let (src, dst) = syn_endpoints(packet)?;
         let l = self.listeners.get(&dst.port)?;
-        if l.addr.is_some_and(|a| a != dst.addr) || l.pending.len() >= opts.backlog {
+        if l.addr.is_some_and(|a| a != dst.addr) {
+            return None;
+        }
+        if l.pending.len() >= opts.backlog && !self.evict_half_open(dst.port) {
             return None;
         }
         let taken = self.sockets.iter().any(|(_, s)| match s {
@@ -470,6 +477,36 @@ impl State {
         socket.listen(dst).ok()?;
         let h = self.add(opts, Proto::Tcp, socket, 2 * size, None).ok()?;
         Some((h, dst.port))
+    }
+
+    /// Makes room in a full backlog by dropping its oldest half-open connection (a SYN flood
+    /// then only churns half-open slots, and a real client's handshake, which finishes within
+    /// a round trip, still gets in); `false` when every slot holds a finished connection.
+    fn evict_half_open(&mut self, port: u16) -> bool {
+        let Some(l) = self.listeners.get_mut(&port) else {
+            return false;
+        };
+        let sockets = &mut self.sockets;
+        let Some(i) = l
+            .pending
+            .iter()
+            .position(|&h| sockets.get_mut::<tcp::Socket>(h).state() == tcp::State::SynReceived)
+        else {
+            return false;
+        };
+        let h = l.pending.remove(i).expect("index from position");
+        self.remove(h);
+        true
+    }
+
+    /// What the stack holds now.
+    pub(crate) fn stats(&self, opts: &Options) -> crate::StackStats {
+        crate::StackStats {
+            sockets: self.entries.len(),
+            max_sockets: opts.max_sockets,
+            memory_used: self.used,
+            memory_budget: opts.budget,
+        }
     }
 
     /// After the SYN that made `h` was taken in: keep it as the listener's pending connection

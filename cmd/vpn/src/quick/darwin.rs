@@ -591,7 +591,7 @@ pub fn down(args: &Args) -> Result<(), Error> {
         let state = dump
             .parse::<vpn_ipc::DeviceState>()
             .map_err(|e| format!("SaveConfig: reading the running configuration: {e}"))?;
-        super::write_config(&t.path, &Config::from_state(&state, &t.config.interface))?;
+        super::write_config(&t.path, &t.config.with_device_state(&state))?;
     }
     let undo = parse_undo(&fs::read_to_string(undo_file(&t.ifname)).unwrap_or_default());
     take_down(&t.ifname, &real, &undo);

@@ -1,5 +1,6 @@
 use super::*;
 use crate::types::Table;
+use crate::ProxySettings;
 
 fn sk(n: u8) -> PrivateKey {
     PrivateKey::from_bytes([n; 32])
@@ -301,7 +302,321 @@ fn hostile_input_does_not_panic() {
         "[Interface]\nDNS=,,,",
         "#[Interface]",
         "[Interface]#\nPrivateKey#=",
+        "[Socks5]\nBindAddress=[",
+        "[Socks5]\nBindAddress=[::1%]:1",
+        "[http]\nUsername=é:",
+        "[TCPClientTunnel]\nBindAddress=é",
+        "[TCPClientTunnel]\nTarget=[",
+        "[UDPServerTunnel]\nListenPort=99999999999999999999999",
+        "[socks5]\n[socks5]",
     ] {
         let _ = parse(text);
+    }
+}
+
+fn head() -> String {
+    format!("[Interface]\nPrivateKey = {}\n", sk(1).to_base64())
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn proxy_and_forward_sections() {
+    let text = format!(
+        "{}\
+         [Socks5]\n\
+         BindAddress = 127.0.0.1:1080\n\
+         Username = alice\n\
+         Password = s3cret=yes # a comment\n\
+         [ HTTP ]\n\
+         bindaddress = [::1]:3128\n\
+         [tcpclienttunnel]\n\
+         BindAddress = 25565\n\
+         Target = play.example.net:25565\n\
+         [UDPClientTunnel]\n\
+         BindAddress = [::1]:53\n\
+         Target = [fd00::53]:53\n\
+         [TCPClientTunnel]\n\
+         TARGET = 100.64.0.9:80\n\
+         BindAddress = 0.0.0.0:8080\n\
+         [TCPServerTunnel]\n\
+         ListenPort = 8443\n\
+         Target = localhost:443\n\
+         [UDPServerTunnel]\n\
+         listenport = 53\n\
+         Target = 127.0.0.1:5353\n\
+         [Peer]\n\
+         PublicKey = {}\n",
+        head(),
+        pk(2).to_base64()
+    );
+    let c = parse(&text).unwrap();
+    assert_eq!(c.peers.len(), 1);
+    assert_eq!(
+        c.socks5,
+        Some(ProxySettings {
+            bind: sa("127.0.0.1:1080"),
+            auth: Some(("alice".into(), "s3cret=yes".into())),
+        })
+    );
+    assert_eq!(
+        c.http,
+        Some(ProxySettings {
+            bind: sa("[::1]:3128"),
+            auth: None,
+        })
+    );
+    let locals: Vec<(SocketAddr, String, bool)> = c
+        .local_forwards
+        .iter()
+        .map(|f| (f.bind, f.target.to_string(), f.udp))
+        .collect();
+    assert_eq!(
+        locals,
+        [
+            (
+                sa("127.0.0.1:25565"),
+                "play.example.net:25565".into(),
+                false
+            ),
+            (sa("[::1]:53"), "[fd00::53]:53".into(), true),
+            (sa("0.0.0.0:8080"), "100.64.0.9:80".into(), false),
+        ]
+    );
+    assert_eq!(c.local_forwards[1].target.host(), "fd00::53");
+    let remotes: Vec<(u16, String, bool)> = c
+        .remote_forwards
+        .iter()
+        .map(|f| (f.port, f.target.to_string(), f.udp))
+        .collect();
+    assert_eq!(
+        remotes,
+        [
+            (8443, "localhost:443".into(), false),
+            (53, "127.0.0.1:5353".into(), true),
+        ]
+    );
+    assert_eq!(parse(&c.render()).unwrap(), c);
+
+    // None of it is required, and a file without it has none.
+    let plain = parse(&head()).unwrap();
+    assert_eq!(plain, Config::new(Interface::new(sk(1))));
+
+    // The same port on TCP and UDP, and port-0 binds, do not conflict.
+    let c = parse(&format!(
+        "{}[Socks5]\nBindAddress = 127.0.0.1:0\n[http]\nBindAddress = 127.0.0.1:0\n\
+         [TCPClientTunnel]\nBindAddress = 53\nTarget = a:53\n\
+         [UDPClientTunnel]\nBindAddress = 53\nTarget = a:53\n\
+         [TCPServerTunnel]\nListenPort = 53\nTarget = a:53\n\
+         [UDPServerTunnel]\nListenPort = 53\nTarget = a:53\n",
+        head()
+    ))
+    .unwrap();
+    assert_eq!((c.local_forwards.len(), c.remote_forwards.len()), (2, 2));
+}
+
+#[test]
+fn proxy_and_forward_errors_name_their_line() {
+    let head = head();
+    let long = "x".repeat(256);
+    let cases: Vec<(String, usize, &str)> = vec![
+        (
+            format!("{head}[Socks5]\nUsername = a\nPassword = b\n"),
+            3,
+            "[Socks5] without BindAddress",
+        ),
+        (format!("{head}[http]\n"), 3, "[http] without BindAddress"),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:65536\n"),
+            4,
+            "BindAddress: `127.0.0.1:65536` is not ADDR:PORT",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 1080\n"),
+            4,
+            "is not ADDR:PORT",
+        ),
+        (
+            format!("{head}[http]\nBindAddress = localhost:3128\n"),
+            4,
+            "is not ADDR:PORT",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = ::1:1080\n"),
+            4,
+            "is not ADDR:PORT",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:+1\n"),
+            4,
+            "is not ADDR:PORT",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:1080\nUsername = a\n"),
+            5,
+            "Username without Password in [Socks5]",
+        ),
+        (
+            format!("{head}[http]\nPassword = b\nBindAddress = 127.0.0.1:1080\n"),
+            4,
+            "Password without Username in [http]",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:1080\nUsername =\n"),
+            5,
+            "Username: empty value",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:1080\nPassword = # all comment\n"),
+            5,
+            "Password: empty value",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:1080\nPassword = {long}\n"),
+            5,
+            "longer than 255 bytes",
+        ),
+        (
+            format!("{head}[http]\nBindAddress = 127.0.0.1:1080\nUsername = a:b\n"),
+            5,
+            "`:` cannot be used",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:1\n[Peer]\n[socks5]\n"),
+            6,
+            "duplicate [Socks5] section (first on line 3)",
+        ),
+        (
+            format!("{head}[http]\nBindAddress = 127.0.0.1:1\n[Http]\n"),
+            5,
+            "duplicate [http] section (first on line 3)",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:1\nbindaddress = 127.0.0.1:2\n"),
+            5,
+            "duplicate `BindAddress` (first set on line 4)",
+        ),
+        (
+            format!("{head}[Socks5]\nBindAddress = 127.0.0.1:1\nCertFile = x\n"),
+            5,
+            "unknown key `CertFile` in [Socks5]",
+        ),
+        (
+            format!("{head}[http]\nTarget = a:1\n"),
+            4,
+            "unknown key `Target` in [http]",
+        ),
+        (
+            format!("{head}[TCPClientTunnel]\nListenPort = 1\n"),
+            4,
+            "unknown key `ListenPort` in [TCPClientTunnel]",
+        ),
+        (
+            format!("{head}[UDPServerTunnel]\nBindAddress = 1\n"),
+            4,
+            "unknown key `BindAddress` in [UDPServerTunnel]",
+        ),
+        (
+            format!("{head}[TCPClientTunnel]\nTarget = a:1\n"),
+            3,
+            "[TCPClientTunnel] without BindAddress",
+        ),
+        (
+            format!("{head}[UDPClientTunnel]\nBindAddress = 1\n"),
+            3,
+            "[UDPClientTunnel] without Target",
+        ),
+        (
+            format!("{head}[TCPServerTunnel]\nTarget = a:1\n"),
+            3,
+            "[TCPServerTunnel] without ListenPort",
+        ),
+        (
+            format!("{head}[UDPServerTunnel]\nListenPort = 1\n"),
+            3,
+            "[UDPServerTunnel] without Target",
+        ),
+        (
+            format!("{head}[TCPClientTunnel]\nBindAddress = 70000\n"),
+            4,
+            "BindAddress: `70000` is out of range",
+        ),
+        (
+            format!("{head}[TCPClientTunnel]\nBindAddress = x:1\n"),
+            4,
+            "is not [ADDR:]PORT",
+        ),
+        (
+            format!("{head}[TCPServerTunnel]\nListenPort = 65536\n"),
+            4,
+            "ListenPort: `65536` is out of range",
+        ),
+        (
+            format!("{head}[TCPServerTunnel]\nListenPort = 0\n"),
+            4,
+            "ListenPort: 0 is not a port",
+        ),
+        (
+            format!("{head}[TCPServerTunnel]\nListenPort = http\n"),
+            4,
+            "not a number",
+        ),
+        (
+            format!("{head}[TCPClientTunnel]\nTarget = example.net\n"),
+            4,
+            "Target: bad endpoint `example.net`: missing `:port`",
+        ),
+        (
+            format!("{head}[TCPClientTunnel]\nTarget = fd00::1:80\n"),
+            4,
+            "Target: bad endpoint",
+        ),
+        (
+            format!("{head}[UDPServerTunnel]\nTarget = a:0\n"),
+            4,
+            "Target: `a:0` has port 0",
+        ),
+        (
+            format!("{head}[UDPServerTunnel]\nTarget = a:1\ntarget = b:1\n"),
+            5,
+            "duplicate `Target`",
+        ),
+        (
+            format!(
+                "{head}[Socks5]\nBindAddress = 127.0.0.1:1080\n\
+                 [TCPClientTunnel]\nTarget = a:1\nBindAddress = 1080\n"
+            ),
+            7,
+            "BindAddress 127.0.0.1:1080 (TCP) is already used by [Socks5] on line 4",
+        ),
+        (
+            format!(
+                "{head}[UDPClientTunnel]\nBindAddress = [::1]:53\nTarget = a:1\n\
+                 [UDPClientTunnel]\nBindAddress = [::1]:53\nTarget = b:1\n"
+            ),
+            7,
+            "BindAddress [::1]:53 (UDP) is already used by [UDPClientTunnel] on line 4",
+        ),
+        (
+            format!(
+                "{head}[TCPServerTunnel]\nListenPort = 80\nTarget = a:1\n\
+                 [TCPServerTunnel]\nListenPort = 80\nTarget = b:1\n"
+            ),
+            7,
+            "ListenPort 80 (TCP) is already used by [TCPServerTunnel] on line 4",
+        ),
+        (
+            format!("{head}[STDIOTunnel]\n"),
+            3,
+            "unknown section `[STDIOTunnel]`",
+        ),
+    ];
+    for (text, line, words) in cases {
+        let e = parse(&text).expect_err(&text);
+        assert_eq!(e.line, line, "{text:?} -> {e}");
+        assert!(e.message.contains(words), "{text:?} -> {e}");
+        assert!(e.to_string().starts_with(&format!("line {line}: ")));
     }
 }
