@@ -17,6 +17,10 @@
 //!   [`bind_update`](device::Device::bind_update) and
 //!   [`disable_some_roaming_for_broken_mobile_semantics`](device::Device::disable_some_roaming_for_broken_mobile_semantics).
 //!
+//! Without a TUN, [`netstack`] is the IP side: a userspace TCP/IP stack that the device takes
+//! as its TUN and the app dials and listens through ([`netstack::create_net_tun`], wireguard-go's
+//! `netstack.CreateNetTUN`), with no interface, no root and no change to the host's routes.
+//!
 //! [`ipc`] is the typed configuration model and its text form; [`keys`] makes and parses the
 //! Curve25519 keys. Linux and macOS are supported; everything in this crate is safe code, the
 //! system calls live in the crates it re-exports.
@@ -145,6 +149,7 @@ pub mod conn;
 pub mod device;
 pub mod ipc;
 pub mod keys;
+pub mod netstack;
 pub mod tun;
 
 /// The README's Rust snippet, compiled by the doc tests so that it cannot go stale.
