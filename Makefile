@@ -5,7 +5,7 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 FUZZ_SECONDS ?= 10
 
 .PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin ffi-darwin apple \
-	bench bench-hub fuzz-smoke netns-connected clean
+	bench bench-hub bench-netstack fuzz-smoke netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
@@ -20,6 +20,7 @@ help:
 	@echo "make apple         (macOS) WireGuardFFI.xcframework for the network extension"
 	@echo "make bench         benchmarks (criterion)"
 	@echo "make bench-hub     one device with 100 000 peers: configure, memory, wg show, handshakes/s"
+	@echo "make bench-netstack (root) vpn forward vs onetun 0.3.10 vs the TUN tunnel, same run"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
 
 build:
@@ -82,6 +83,12 @@ bench:
 # handshaking (tests/benches/hub.rs; figures in docs/performance.md).
 bench-hub:
 	$(CARGO) bench -p vpn-tests --bench hub
+
+# The tunnel without a TUN (`vpn forward`) against onetun and the TUN tunnel, same run
+# (netns-tests/bench_netstack.sh; figures in docs/performance.md).
+bench-netstack:
+	$(CARGO) build --release -p vpn-cli
+	bash netns-tests/bench_netstack.sh $${CARGO_TARGET_DIR:-target}/release/vpn
 
 fuzz-smoke:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/smoke.sh

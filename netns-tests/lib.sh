@@ -72,7 +72,8 @@ ensure_tools() {
     local missing=() t
     for t in ip:iproute2 ping:iputils-ping wg:wireguard-tools wireguard-go:wireguard-go \
              iperf3:iperf3 nft:nftables iptables-restore:iptables ip6tables-restore:iptables \
-             taskset:util-linux ss:iproute2 python3:python3; do
+             taskset:util-linux ss:iproute2 python3:python3 setpriv:util-linux curl:curl \
+             dnsmasq:dnsmasq-base; do
         command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
     done
     if [ "${#missing[@]}" -gt 0 ]; then

@@ -495,6 +495,8 @@ scenario_hostile() {
 
 # shellcheck source=hardening.sh
 source "$HERE/hardening.sh"
+# shellcheck source=netstack.sh
+source "$HERE/netstack.sh"
 
 # --- runner --------------------------------------------------------------------------------
 
@@ -509,8 +511,11 @@ scenario_cleanup() {
 
 ALL=(basic_v4_underlay basic_v6_underlay big_mtu_offload bulk_scheduling counters roaming_v4 roaming_v6
     cryptokey_routing nat sticky_source_v4 sticky_source_v6 keys interop_wireguard_go
-    interop_boringtun wg_fidelity hostile "${HARDENING[@]}")
+    interop_boringtun wg_fidelity hostile "${HARDENING[@]}" "${NETSTACK[@]}")
 if [ "$#" -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
+
+# The netstack scenarios move 512 MiB through a debug build's userspace TCP: more time.
+scenario_timeout() { case "$1" in netstack_*) echo $((SCENARIO_TIMEOUT * 4)) ;; *) echo "$SCENARIO_TIMEOUT" ;; esac; }
 
 passed=0; failed=0; failed_names=()
 for s in "${SELECTED[@]}"; do
@@ -524,7 +529,7 @@ for s in "${SELECTED[@]}"; do
         "scenario_$s"
     ) >"$log" 2>&1 &
     spid=$!
-    ( sleep "$SCENARIO_TIMEOUT"; kill -TERM "$spid" 2>/dev/null ) &
+    ( sleep "$(scenario_timeout "$s")"; kill -TERM "$spid" 2>/dev/null ) &
     wpid=$!
     wait "$spid"; rc=$?
     kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null
