@@ -21,6 +21,8 @@
 # Usage (root): netns-tests/bench_netstack.sh [path/to/release/vpn]
 #   RUNS=3 SECS=5 RTT_N=2000 ONETUN=path (default: cargo install --locked onetun 0.3.10 into
 #   target/tools) DOC=docs/performance.md ARMS="tun forward onetun"
+#   PROFILE=dir: perf record -g of A's tunnel process during each 1-stream run, to
+#   dir/<arm>-<up|down>-<run>.perf (nothing is written to DOC then)
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -91,7 +93,7 @@ arm_up() {
             n "$A" ip addr add 100.64.0.1/24 dev "$WA"; n "$A" ip link set "$WA" mtu 1420 up
             DST=100.64.0.2; PORT=5201; SINK_PORT=7001; RTT_DST=100.64.0.2; RTT_PORT=7000 ;;
         forward)
-            (exec ip netns exec "$(ns "$A")" taskset -c 0 "${NOBODY[@]}" "$HOME_N/vpn" forward \
+            (exec ip netns exec "$(ns "$A")" taskset -c 0 "${NOBODY[@]}" env ${FORWARD_ENV:-} "$HOME_N/vpn" forward \
                 "$HOME_N/forward.conf" -L 127.0.0.1:15201:100.64.0.2:5201 \
                 -L 127.0.0.1:17000:100.64.0.2:7000 -L 127.0.0.1:17001:100.64.0.2:7001 \
                 >"$STATE/forward.log" 2>&1) &
@@ -114,6 +116,8 @@ arm_up() {
 
 arm_down() {
     kill "$ARM_PID" 2>/dev/null; wait "$ARM_PID" 2>/dev/null
+    # SHOW_LOGS=1: what the tunnel process said (vpn forward logs its packet counts on exit).
+    [ -n "${SHOW_LOGS:-}" ] && [ -f "$STATE/$1.log" ] && tail -2 "$STATE/$1.log" | sed 's/^/   | /'
     [ "$1" = tun ] && { n "$A" ip link del "$WA" 2>/dev/null; rm -f "$SOCK_DIR/$WA.sock"; }
     sleep 0.5
 }
@@ -130,24 +134,38 @@ cpu_per_gb() {
         'BEGIN { if (b > 0) printf "%.3f", t / hz / (b * s / 8 / 1e9) }'
 }
 # A to B: what B's sink received, in bit/s, over K streams (the sink logs each stream SECS
-# seconds after its first byte, whatever the sender or the tunnel does after that).
+# seconds after its first byte, whatever the sender or the tunnel does after that). A stream of
+# which no byte reached the sink while the sender sent and held the connection open (SECS + 2
+# seconds more) counts as 0: onetun sometimes wedges before it forwards anything.
 send() {
     : >"$STATE/sink.log"
-    timeout $((SECS + 30)) ip netns exec "$(ns "$A")" taskset -c 0 "$PY" "$NSPEER" tcp-send "$DST" "$SINK_PORT" "$SECS" "$1"
-    wait_for "[ \$(wc -l <$STATE/sink.log) -ge $1 ]" 10 && "$PY" "$NSPEER" sink-rate "$STATE/sink.log" "$1"
+    timeout $((SECS * 2 + 30)) ip netns exec "$(ns "$A")" taskset -c 0 "$PY" "$NSPEER" tcp-send "$DST" "$SINK_PORT" "$SECS" "$1"
+    wait_for "[ \$(wc -l <$STATE/sink.log) -ge $1 ]" $((SECS + 2))
+    local got; got="$(wc -l <"$STATE/sink.log")"
+    while [ "$got" -lt "$1" ]; do echo "0 $SECS" >>"$STATE/sink.log"; got=$((got + 1)); done
+    "$PY" "$NSPEER" sink-rate "$STATE/sink.log" "$1"
 }
 
 # Each measurement gets a freshly started tunnel process: onetun wedges after a saturating run
 # (its event bus overflows: "Failed to read event bus"), and one arm's state must not carry
 # over into the next figure.
+# profile <name>: perf record of $ARM_PID in the background while the next measurement runs.
+profile() {
+    [ -n "${PROFILE:-}" ] || return 0
+    mkdir -p "$PROFILE"
+    perf record -g -o "$PROFILE/$1-$run.perf" -p "$ARM_PID" -- sleep "$SECS" >/dev/null 2>&1 &
+}
+
 bench_arm() {
     local arm="$1" t0 t1 bps
     arm_up "$arm" || return 1
+    profile "$arm-up"
     t0="$(cpu_ticks "$ARM_PID")"; bps="$(send 1)"; t1="$(cpu_ticks "$ARM_PID")"
     record "$arm" up1 "${bps:-}"; record "$arm" cpuup "$(cpu_per_gb "$t0" "$t1" "$bps")"
     arm_down "$arm"; arm_up "$arm" || return 1
     record "$arm" up4 "$(send 4)"
     arm_down "$arm"; arm_up "$arm" || return 1
+    profile "$arm-down"
     t0="$(cpu_ticks "$ARM_PID")"; bps="$(client -R | json_bps)"; t1="$(cpu_ticks "$ARM_PID")"
     record "$arm" down1 "${bps:-}"; record "$arm" cpudown "$(cpu_per_gb "$t0" "$t1" "$bps")"
     arm_down "$arm"; arm_up "$arm" || return 1
@@ -208,7 +226,7 @@ section="$STATE/section.md"
     echo
 } >"$section"
 cat "$section"
-if [ -f "$DOC" ]; then
+if [ -f "$DOC" ] && [ -z "${PROFILE:-}" ]; then
     awk -v sec="$section" '
         /^## Netstack benchmark \(netns\)/ { skip = 1; while ((getline l < sec) > 0) print l; done = 1; next }
         skip && /^## / { skip = 0 }

@@ -20,15 +20,22 @@ fn node(mem: &MemoryNetwork, n: u8) -> (Device, Net, PrivateKey, SocketAddr) {
     let bind = Arc::new(mem.bind(IpAddr::from([198, 18, 0, n]), 128));
     let dev = Device::new(Arc::new(tun), bind.clone(), Logger::new(format!("n{n}")));
     let key = private_key();
-    dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex())).unwrap();
+    dev.ipc_set(&format!("private_key={}\nlisten_port=0\n", key.to_hex()))
+        .unwrap();
     dev.up().unwrap();
     let addr = bind.local_addr().unwrap();
     (dev, net, key, addr)
 }
 
 fn main() {
-    let mb: u64 = std::env::var("NETSTACK_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(512);
-    let streams: usize = std::env::var("NETSTACK_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let mb: u64 = std::env::var("NETSTACK_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512);
+    let streams: usize = std::env::var("NETSTACK_STREAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let mem = MemoryNetwork::new();
     let (da, na, ka, aa) = node(&mem, 1);
     let (db, nb, kb, ab) = node(&mem, 2);

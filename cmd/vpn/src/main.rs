@@ -23,6 +23,8 @@ mod daemon;
 mod keys;
 mod quick;
 mod show;
+#[cfg(unix)]
+mod userspace;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -59,6 +61,15 @@ enum Cmd {
     Down(quick::Args),
     /// Show interfaces as `wg show` does, plus batching statistics.
     Show(show::Args),
+    /// Run a tunnel from a wg-quick config with no TUN and no root, behind a SOCKS5 and/or
+    /// HTTP proxy on local addresses, in the foreground until a signal.
+    #[cfg(unix)]
+    Proxy(userspace::ProxyArgs),
+    /// Run a tunnel from a wg-quick config with no TUN and no root, with ssh-style port
+    /// forwards (-L local port to an address behind the tunnel, -R tunnel port to a local
+    /// service), in the foreground until a signal.
+    #[cfg(unix)]
+    Forward(userspace::ForwardArgs),
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin, print its public key.
@@ -73,6 +84,10 @@ fn main() -> ExitCode {
         Some(Cmd::Up(a)) => quick::up(&a),
         Some(Cmd::Down(a)) => quick::down(&a),
         Some(Cmd::Show(a)) => show::run(&a),
+        #[cfg(unix)]
+        Some(Cmd::Proxy(a)) => userspace::proxy(&a),
+        #[cfg(unix)]
+        Some(Cmd::Forward(a)) => userspace::forward(&a),
         Some(Cmd::Genkey) => keys::genkey(),
         Some(Cmd::Pubkey) => keys::pubkey(),
         None => match cli.ifname {

@@ -45,6 +45,14 @@ pub struct StackStats {
     pub memory_used: usize,
     /// The cap on `memory_used`.
     pub memory_budget: usize,
+    /// Packets taken in from the tunnel since the stack was made.
+    pub packets_in: u64,
+    /// Packets sent into the tunnel since the stack was made.
+    pub packets_out: u64,
+    /// TUN reads that returned packets (a read carries up to a batch).
+    pub reads: u64,
+    /// TUN writes (a write carries up to a batch).
+    pub writes: u64,
 }
 
 /// A stack with `addresses` (its own, one per family at least, at most 8), asking

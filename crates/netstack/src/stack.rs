@@ -79,6 +79,16 @@ pub(crate) struct State {
     ports: HashSet<(Proto, u16)>,
     used: usize,
     next_housekeeping: Instant,
+    counters: Counters,
+}
+
+/// Packet and call counts, for [`crate::StackStats`].
+#[derive(Default)]
+struct Counters {
+    packets_in: u64,
+    packets_out: u64,
+    reads: u64,
+    writes: u64,
 }
 
 /// The stack shared by the TUN, the [`Net`](crate::Net) and every socket.
@@ -152,6 +162,7 @@ impl Stack {
                 ports: HashSet::new(),
                 used: 0,
                 next_housekeeping: epoch,
+                counters: Counters::default(),
             }),
             egress: Signal::new(),
             opts,
@@ -212,7 +223,9 @@ impl Stack {
         let now = self.now();
         let mut guard = self.lock();
         let st = &mut *guard;
+        st.counters.writes += 1;
         for packet in packets {
+            st.counters.packets_in += 1;
             let made = st.listen_for_syn(packet, &self.opts);
             let one = [packet];
             let mut dev = Ingress::new(&one, &mut st.replies, self.mtu);
@@ -270,6 +283,8 @@ impl Stack {
             {}
             used += dev.used();
             if used > 0 {
+                st_ref.counters.reads += 1;
+                st_ref.counters.packets_out += used as u64;
                 return Ok(used);
             }
             let delay = st_ref.iface.poll_delay(now, &st_ref.sockets);
@@ -368,22 +383,24 @@ impl State {
         }
     }
 
-    /// A TCP buffer size that fits the budget: the configured size, or smaller (down to
-    /// 16 KiB) when the budget is nearly spent, so new connections keep working.
-    pub(crate) fn tcp_buffer(&self, opts: &Options) -> usize {
-        let left = opts.budget.saturating_sub(self.used) / 2;
-        let mut size = opts.tcp_buffer;
-        while size > left && size > MIN_TCP_BUFFER {
-            size /= 2;
+    /// TCP buffer sizes (receive, send) that fit the budget: the configured ones, or both
+    /// halved as often as needed (down to 16 KiB) when the budget is nearly spent, so new
+    /// connections keep working, more slowly.
+    pub(crate) fn tcp_buffers(&self, opts: &Options) -> (usize, usize) {
+        let left = opts.budget.saturating_sub(self.used);
+        let (mut rx, mut tx) = (opts.tcp_rx, opts.tcp_tx);
+        while rx + tx > left && (rx > MIN_TCP_BUFFER || tx > MIN_TCP_BUFFER) {
+            rx = (rx / 2).max(MIN_TCP_BUFFER);
+            tx = (tx / 2).max(MIN_TCP_BUFFER);
         }
-        size
+        (rx, tx)
     }
 
-    /// A new TCP socket with the stack's settings and buffers of `size` bytes each way.
-    pub(crate) fn tcp_socket(opts: &Options, size: usize) -> tcp::Socket<'static> {
+    /// A new TCP socket with the stack's settings and the given buffers.
+    pub(crate) fn tcp_socket(opts: &Options, (rx, tx): (usize, usize)) -> tcp::Socket<'static> {
         let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; size]),
-            tcp::SocketBuffer::new(vec![0; size]),
+            tcp::SocketBuffer::new(vec![0; rx]),
+            tcp::SocketBuffer::new(vec![0; tx]),
         );
         s.set_congestion_control(match opts.congestion {
             crate::CongestionControl::Cubic => tcp::CongestionControl::Cubic,
@@ -472,10 +489,12 @@ impl State {
         if taken {
             return None;
         }
-        let size = self.tcp_buffer(opts);
-        let mut socket = Self::tcp_socket(opts, size);
+        let sizes = self.tcp_buffers(opts);
+        let mut socket = Self::tcp_socket(opts, sizes);
         socket.listen(dst).ok()?;
-        let h = self.add(opts, Proto::Tcp, socket, 2 * size, None).ok()?;
+        let h = self
+            .add(opts, Proto::Tcp, socket, sizes.0 + sizes.1, None)
+            .ok()?;
         Some((h, dst.port))
     }
 
@@ -506,6 +525,10 @@ impl State {
             max_sockets: opts.max_sockets,
             memory_used: self.used,
             memory_budget: opts.budget,
+            packets_in: self.counters.packets_in,
+            packets_out: self.counters.packets_out,
+            reads: self.counters.reads,
+            writes: self.counters.writes,
         }
     }
 
@@ -656,15 +679,21 @@ mod tests {
     }
 
     #[test]
-    fn the_tcp_buffer_shrinks_when_the_budget_is_nearly_spent() {
-        let opts = Options::new().tcp_buffer(1 << 20).memory_budget(3 << 20);
+    fn the_tcp_buffers_shrink_when_the_budget_is_nearly_spent() {
+        let opts = Options::new()
+            .tcp_receive_buffer(1 << 20)
+            .tcp_send_buffer(256 << 10)
+            .memory_budget(3 << 20);
         let stack = Stack::new(&["100.64.0.1".parse().unwrap()], &[], 1420, opts).unwrap();
         let mut st = stack.lock();
-        assert_eq!(st.tcp_buffer(&stack.opts), 1 << 20);
+        assert_eq!(st.tcp_buffers(&stack.opts), (1 << 20, 256 << 10));
         st.used = 2 << 20;
-        assert_eq!(st.tcp_buffer(&stack.opts), 512 << 10);
+        assert_eq!(st.tcp_buffers(&stack.opts), (512 << 10, 128 << 10));
         st.used = 3 << 20;
-        assert_eq!(st.tcp_buffer(&stack.opts), MIN_TCP_BUFFER);
+        assert_eq!(
+            st.tcp_buffers(&stack.opts),
+            (MIN_TCP_BUFFER, MIN_TCP_BUFFER)
+        );
     }
 
     #[test]
@@ -677,7 +706,7 @@ mod tests {
             .add(
                 &o,
                 Proto::Tcp,
-                State::tcp_socket(&o, 16 << 10),
+                State::tcp_socket(&o, (16 << 10, 16 << 10)),
                 32 << 10,
                 None,
             )
@@ -686,7 +715,7 @@ mod tests {
             .add(
                 &o,
                 Proto::Tcp,
-                State::tcp_socket(&o, 64 << 10),
+                State::tcp_socket(&o, (64 << 10, 64 << 10)),
                 128 << 10,
                 None,
             )
@@ -695,7 +724,7 @@ mod tests {
         st.add(
             &o,
             Proto::Tcp,
-            State::tcp_socket(&o, 16 << 10),
+            State::tcp_socket(&o, (16 << 10, 16 << 10)),
             32 << 10,
             None,
         )
@@ -704,7 +733,7 @@ mod tests {
             .add(
                 &o,
                 Proto::Tcp,
-                State::tcp_socket(&o, 4 << 10),
+                State::tcp_socket(&o, (4 << 10, 4 << 10)),
                 8 << 10,
                 None,
             )

@@ -97,13 +97,13 @@ impl TcpStream {
             let mut st = stack.lock();
             let st = &mut *st;
             let port = st.claim_port(Proto::Tcp, 0)?;
-            let size = st.tcp_buffer(&stack.opts);
-            let socket = State::tcp_socket(&stack.opts, size);
+            let sizes = st.tcp_buffers(&stack.opts);
+            let socket = State::tcp_socket(&stack.opts, sizes);
             let h = st.add(
                 &stack.opts,
                 Proto::Tcp,
                 socket,
-                2 * size,
+                sizes.0 + sizes.1,
                 Some((Proto::Tcp, port)),
             )?;
             let remote_ep = IpEndpoint::new(IpAddress::from(remote.ip()), remote.port());
@@ -236,11 +236,13 @@ impl TcpStream {
         let inner = &self.inner;
         let (h, signal) = (inner.handle, inner.rx.clone());
         let timeout = *inner.read_timeout.lock();
+        let mut window_was_low = false;
         let n = inner.stack.block(&signal, timeout, |st| {
             if inner.read_shut.load(Ordering::Acquire) {
                 return Poll::Ready(Ok(0));
             }
             let s = st.sockets.get_mut::<tcp::Socket>(h);
+            window_was_low = window_is_low(s);
             match s.recv_slice(buf) {
                 Ok(0) => {
                     s.register_recv_waker(&signal.waker());
@@ -263,8 +265,10 @@ impl TcpStream {
                 }
             }
         })?;
-        if n > 0 {
-            // The window grew: the stack may owe the peer a window update.
+        if n > 0 && window_was_low {
+            // The window was nearly closed and this read opened it: the stack owes the peer a
+            // window update. Otherwise the next ACK carries the larger window anyway, and
+            // waking the TUN read after every read would cost a context switch for nothing.
             inner.stack.kick();
         }
         Ok(n)
@@ -305,6 +309,13 @@ impl TcpStream {
         inner.stack.kick();
         Ok(n)
     }
+}
+
+/// Whether less than a quarter of the receive buffer is free: the window the peer sees is
+/// small enough that reading opens it by the factor after which smoltcp sends an update.
+fn window_is_low(s: &tcp::Socket<'_>) -> bool {
+    let cap = s.recv_capacity();
+    cap - s.recv_queue() < cap / 4
 }
 
 fn check_timeout(t: Option<Duration>) -> io::Result<()> {

@@ -35,6 +35,20 @@ fn open_tun(ifname: &str, offload: bool) -> Result<LinuxTun, crate::Error> {
     }
 }
 
+/// The device options every Linux data path uses (the daemon's and `vpn proxy`/`vpn forward`'s):
+/// threads marked SCHED_BATCH under bulk load and readers yielding after a burst of datagrams.
+pub(crate) fn data_path_options() -> Options {
+    Options::default()
+        // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
+        .with_scheduling(
+            std::env::var("VPN_SCHED_BATCH")
+                .map_or(true, |v| v != "0")
+                .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
+        )
+        // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
+        .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"))
+}
+
 /// The TUN, the bind and the device options on Linux.
 pub(super) fn open(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate::Error> {
     let tun = Arc::new(open_tun(ifname, daemon.tun_offload)?);
@@ -44,17 +58,9 @@ pub(super) fn open(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate:
     let bind = Arc::new(
         StdNetBind::with_offload(daemon.udp_offload).with_connected_options(daemon.connected()),
     );
-    let opts = Options::default()
+    let opts = data_path_options()
         .with_clock(Arc::new(BootTimeClock))
-        .with_memory_budget(daemon.memory_budget)
-        // `VPN_SCHED_BATCH=0` leaves the data-path threads' policy alone under bulk load.
-        .with_scheduling(
-            std::env::var("VPN_SCHED_BATCH")
-                .map_or(true, |v| v != "0")
-                .then(|| Arc::new(SchedBatch) as Arc<dyn Scheduling>),
-        )
-        // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
-        .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"));
+        .with_memory_budget(daemon.memory_budget);
     // Up and down also followed while the interface lives in another network namespace.
     let watched = NamespaceWatch::new(tun.clone())
         .map_err(|e| format!("TUN {name}: starting its namespace watch: {e}"))?;

@@ -40,6 +40,8 @@ pub use options::{command_line_flags, forget_empty_variables, DaemonOptions};
 mod linux;
 #[cfg(target_os = "linux")]
 use linux as platform;
+#[cfg(target_os = "linux")]
+pub(crate) use linux::data_path_options;
 #[cfg(target_os = "macos")]
 mod macos;
 #[cfg(target_os = "macos")]
