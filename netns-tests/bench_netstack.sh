@@ -186,6 +186,32 @@ for ((run = 1; run <= RUNS; run++)); do
     done
 done
 
+# The SVG chart docs/netstack-benchmark.svg from rows "label|up1|down1|up4|down4" (Gbit/s) on
+# stdin: grouped bars per path, one scale.
+chart() {
+    awk -F'|' '
+        { n++; name[n] = $1; for (k = 2; k <= 5; k++) { v[n, k] = $k + 0; if (v[n, k] > mx) mx = v[n, k] } }
+        END {
+            split("A→B 1 stream|B→A 1 stream|A→B 4 streams|B→A 4 streams", lg, "|")
+            split("#4472c4 #ed7d31 #a5a5a5 #ffc000", col, " ")
+            W = 760; H = 340; L = 50; T = 50; B = 60; ph = H - T - B
+            if (mx <= 0) mx = 1; top = (int(mx) + 1); gw = (W - L - 20) / n; bw = gw * 0.8 / 4
+            printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
+            printf "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            printf "<text x=\"%d\" y=\"20\" font-size=\"14\">TCP through the tunnel, Gbit/s (make bench-netstack, medians)</text>\n", L
+            for (g = 0; g <= top; g++) { y = T + ph - g / top * ph
+                printf "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%d</text>\n", L, W - 20, y, y, L - 6, y + 4, g }
+            for (i = 1; i <= n; i++) {
+                x0 = L + (i - 1) * gw + gw * 0.1
+                for (k = 2; k <= 5; k++) { h = v[i, k] / top * ph
+                    printf "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x0 + (k - 2) * bw, T + ph - h, bw - 2, h, col[k - 1]
+                    printf "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\">%.2f</text>\n", x0 + (k - 2) * bw + bw / 2, T + ph - h - 3, v[i, k] }
+                printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x0 + 2 * bw, T + ph + 18, name[i] }
+            for (k = 1; k <= 4; k++) printf "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n", L + (k - 1) * 170, H - 22, col[k], L + (k - 1) * 170 + 14, H - 13, lg[k]
+            print "</svg>"
+        }'
+}
+
 # --- report --------------------------------------------------------------------------------
 med() { awk -v a="$1" -v k="$2" '$1 == a && $2 == k && $3 != "" { print $3 }' "$RES" | sort -g |
         awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
@@ -207,6 +233,8 @@ section="$STATE/section.md"
     echo "TUN arm's kernel TCP work is not in it). A→B is what reached B's sink; RTT is one-byte TCP"
     echo "round trips to B's echo server."
     echo
+    echo "![TCP through the tunnel](netstack-benchmark.svg)"
+    echo
     echo "| path | A→B 1 stream | A→B 4 streams | B→A 1 stream | B→A 4 streams | RTT µs | CPU s/GB A→B | CPU s/GB B→A |"
     echo "|---|---|---|---|---|---|---|---|"
     for arm in "${ARMS[@]}"; do
@@ -227,6 +255,10 @@ section="$STATE/section.md"
 } >"$section"
 cat "$section"
 if [ -f "$DOC" ] && [ -z "${PROFILE:-}" ]; then
+    for arm in "${ARMS[@]}"; do
+        case "$arm" in tun) l="TUN tunnel" ;; forward) l="vpn forward" ;; onetun) l="onetun 0.3.10" ;; esac
+        echo "$l|$(gb "$(med "$arm" up1)")|$(gb "$(med "$arm" down1)")|$(gb "$(med "$arm" up4)")|$(gb "$(med "$arm" down4)")"
+    done | chart >"$(dirname "$DOC")/netstack-benchmark.svg"
     awk -v sec="$section" '
         /^## Netstack benchmark \(netns\)/ { skip = 1; while ((getline l < sec) > 0) print l; done = 1; next }
         skip && /^## / { skip = 0 }

@@ -251,9 +251,8 @@ fn serve_dns(net: &Net, v4: Ipv4Addr, v6: Ipv6Addr) {
     thread::spawn(move || {
         while let Ok((mut s, _)) = tcp.accept() {
             let mut len = [0u8; 2];
-            let mut q = vec![];
             if s.read_exact(&mut len).is_ok() {
-                q.resize(u16::from_be_bytes(len) as usize, 0);
+                let mut q = vec![0; u16::from_be_bytes(len) as usize];
                 if s.read_exact(&mut q).is_ok() {
                     if let Some(r) = answer(&q, true, v4, v6) {
                         let mut m = (r.len() as u16).to_be_bytes().to_vec();
