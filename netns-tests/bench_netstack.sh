@@ -252,6 +252,13 @@ section="$STATE/section.md"
     echo "vpn forward / TUN tunnel: A→B 1 stream $(div "$(med forward up1)" "$(med tun up1)")x, B→A 1 stream"
     echo "$(div "$(med forward down1)" "$(med tun down1)")x, 4 streams $(div "$(med forward up4)" "$(med tun up4)")x and $(div "$(med forward down4)" "$(med tun down4)")x."
     echo
+    for arm in "${ARMS[@]}"; do
+        for k in up1 up4; do
+            local_zero="$(awk -v a="$arm" -v k="$k" '$1 == a && $2 == k && $3 == 0 { z++ } $1 == a && $2 == k { t++ } END { if (z) print z " of " t }' "$RES")"
+            [ -n "$local_zero" ] && echo "$(label "$arm"): nothing reached the sink A→B ($k) in $local_zero runs while the sender sent for SECS seconds and held the connection open SECS + 2 seconds more; a ratio against 0 is n/a. Its log said \"Failed to read event bus\" (its internal queue overflowing under a sender faster than the tunnel)."
+        done
+    done
+    echo
 } >"$section"
 cat "$section"
 if [ -f "$DOC" ] && [ -z "${PROFILE:-}" ]; then
