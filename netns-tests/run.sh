@@ -529,7 +529,11 @@ for s in "${SELECTED[@]}"; do
         "scenario_$s"
     ) >"$log" 2>&1 &
     spid=$!
-    ( sleep "$(scenario_timeout "$s")"; kill -TERM "$spid" 2>/dev/null ) &
+    # The watchdog's sleep dies with it: a sleep left behind would hold the caller's pipe
+    # (`make test | tee`) open until it ran out.
+    ( trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+      sleep "$(scenario_timeout "$s")" & nap=$!
+      wait "$nap"; kill -TERM "$spid" 2>/dev/null ) &
     wpid=$!
     wait "$spid"; rc=$?
     kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null
