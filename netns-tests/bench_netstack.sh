@@ -47,8 +47,6 @@ if [ ! -x "$ONETUN" ]; then
 fi
 ONETUN_VERSION="$("$ONETUN" --version 2>/dev/null | head -1)"
 NSPEER="$HERE/netstack_peer.py"
-PY=/usr/bin/python3
-NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all)
 
 # --- the lab -------------------------------------------------------------------------------
 make_pair nb
@@ -66,8 +64,7 @@ tunnel_addrs "$B" 2 "$WB"
 (exec timeout 3600 ip netns exec "$(ns "$B")" taskset -c 1 "$PY" "$NSPEER" tcp-sink 100.64.0.2 7001 "$SECS" "$STATE/sink.log" >/dev/null 2>&1) & track_pid $!
 wait_for "n $B ss -ltn | grep -q ':5201 '" 10 || { echo "no iperf3 server" >&2; exit 1; }
 
-chmod 711 "$STATE"
-HOME_N="$STATE/nobody"; mkdir -p "$HOME_N"; install -m 755 "$VPN" "$HOME_N/vpn"
+nobody_home; HOME_N="$NOBODY_HOME"
 cat >"$HOME_N/forward.conf" <<EOF
 [Interface]
 PrivateKey = $KF

@@ -206,3 +206,20 @@ rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0
 
 # utime+stime of a process in clock ticks.
 cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
+# --- unprivileged users of a tunnel (netstack.sh, bench_netstack.sh) -------------------------
+
+# The system python (root's PATH may lead to one uid 65534 cannot read) and the way to run a
+# command as uid 65534 with no groups and no capabilities.
+PY=/usr/bin/python3
+NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all)
+
+# nobody_home: a directory only uid 65534 may use, under the state directory (which becomes
+# traversable), holding a copy of $VPN it can run; sets NOBODY_HOME. Files the caller adds are
+# handed over with `chown -R 65534:65534 "$NOBODY_HOME"`.
+nobody_home() {
+    chmod 711 "$STATE"
+    NOBODY_HOME="$STATE/nobody"
+    mkdir -p "$NOBODY_HOME"
+    install -m 755 "$VPN" "$NOBODY_HOME/vpn"
+}

@@ -8,8 +8,6 @@
 # SOCKS5 UDP ASSOCIATE, username/password, IPv4 and IPv6, -L and -R forwards for TCP and UDP.
 
 NSPEER="$HERE/netstack_peer.py"
-PY=/usr/bin/python3
-NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all)
 NS_BIG=$((256 << 20))
 
 # Runs a command in namespace $1 in the background, bounded by the scenario's timeout.
@@ -35,9 +33,9 @@ netstack_lab() {
         peer "$PA" allowed-ips 100.64.0.1/32,fd00::1/128
     tunnel_addrs "$B" 2 "$WB"
     # What uid 65534 may reach: the state directory (traverse only) and its own directory.
-    chmod 711 "$STATE"
-    local home="$STATE/nobody"
-    mkdir -p "$home"; install -m 755 "$VPN" "$home/vpn"; install -m 644 "$NSPEER" "$home/peer.py"
+    nobody_home
+    local home="$NOBODY_HOME"
+    install -m 644 "$NSPEER" "$home/peer.py"
     NSVPN="$home/vpn"; NSPY="$home/peer.py"
     CONF="$home/tunnel.conf"
     cat >"$CONF" <<EOF

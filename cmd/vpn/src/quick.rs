@@ -420,14 +420,27 @@ struct Tunnel {
 
 fn load(arg: &str) -> Result<Tunnel, Error> {
     let (path, ifname) = config_location(arg, Path::new(CONFIG_DIR))?;
-    let text = fs::read_to_string(&path).map_err(|e| format!("`{}': {e}", path.display()))?;
-    warn_if_world_accessible(&path);
-    let config = vpn_config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let config = read_config(&path)?;
     Ok(Tunnel {
         path,
         ifname,
         config,
     })
+}
+
+/// Reads and parses a wg-quick file, warning (as wg-quick does) when the world may read it.
+pub(crate) fn read_config(path: &Path) -> Result<Config, Error> {
+    let text = fs::read_to_string(path).map_err(|e| format!("`{}': {e}", path.display()))?;
+    warn_if_world_accessible(path);
+    Ok(vpn_config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?)
+}
+
+/// A peer's `Endpoint` host and port, resolved by the system (the first address).
+pub(crate) fn resolve_endpoint(host: &str, port: u16) -> io::Result<SocketAddr> {
+    (host, port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))
 }
 
 /// wg-quick warns when both the file and its directory grant the world some access.
@@ -501,10 +514,7 @@ fn up_steps(t: &Tunnel, daemon_flags: &[OsString], done: &mut Done) -> Result<()
 
     let resolved = RefCell::new(Vec::new());
     let body = t.config.to_uapi(|host, port| {
-        let addr = (host, port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+        let addr = resolve_endpoint(host, port)?;
         resolved.borrow_mut().push(addr);
         Ok(addr)
     })?;

@@ -7,8 +7,9 @@
 //! `[UDPClientTunnel]`, `[TCPServerTunnel]` and `[UDPServerTunnel]` sections (which wg-quick
 //! never reads) add to them. The file only has to be readable by the user who runs it.
 
+use crate::quick::{read_config, resolve_endpoint};
 use crate::Error;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use vpn_config::Config;
@@ -57,14 +58,8 @@ pub struct ForwardArgs {
 
 /// `vpn proxy CONFIG ...`.
 pub fn proxy(args: &ProxyArgs) -> Result<(), Error> {
-    let config = load(&args.config)?;
-    let auth = match (&args.username, &args.password) {
-        (Some(u), Some(p)) => Some(Credentials {
-            username: u.clone(),
-            password: p.clone(),
-        }),
-        _ => None,
-    };
+    let config = read_config(&args.config)?;
+    let auth = credentials(&args.username.clone().zip(args.password.clone()));
     let socks5 = args.socks5.map(|a| (a, auth.clone())).or_else(|| {
         config
             .socks5
@@ -104,7 +99,7 @@ pub fn proxy(args: &ProxyArgs) -> Result<(), Error> {
 
 /// `vpn forward CONFIG -L ... -R ...`.
 pub fn forward(args: &ForwardArgs) -> Result<(), Error> {
-    let config = load(&args.config)?;
+    let config = read_config(&args.config)?;
     let mut forwards: Vec<Forward> = args.local.iter().chain(&args.remote).cloned().collect();
     forwards.extend(config.local_forwards.iter().map(|f| Forward::Local {
         bind: f.bind,
@@ -129,22 +124,11 @@ pub fn forward(args: &ForwardArgs) -> Result<(), Error> {
     let mut servers = Vec::new();
     for f in &forwards {
         let s = vpn_proxy::serve_forward(f, tunnel.net(), host.clone(), limits.clone())
-            .map_err(|e| format!("{}: {e}", describe(f)))?;
-        println!("forward {} ({})", describe(f), s.local_addr());
+            .map_err(|e| format!("{f}: {e}"))?;
+        println!("forward {f} ({})", s.local_addr());
         servers.push(s);
     }
     tunnel.run_until_signal(servers, &signals)
-}
-
-fn describe(f: &Forward) -> String {
-    match f {
-        Forward::Local { bind, target, udp } => {
-            format!("-L {bind}:{target}{}", if *udp { "/udp" } else { "" })
-        }
-        Forward::Remote { port, target, udp } => {
-            format!("-R {port}:{target}{}", if *udp { "/udp" } else { "" })
-        }
-    }
 }
 
 fn credentials(auth: &Option<(String, String)>) -> Option<Credentials> {
@@ -152,11 +136,6 @@ fn credentials(auth: &Option<(String, String)>) -> Option<Credentials> {
         username: u.clone(),
         password: p.clone(),
     })
-}
-
-fn load(path: &PathBuf) -> Result<Config, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("`{}': {e}", path.display()))?;
-    vpn_config::parse(&text).map_err(|e| format!("{}: {e}", path.display()).into())
 }
 
 /// The daemon's data-path options (Linux: SCHED_BATCH under bulk load, datagram yields).
@@ -202,12 +181,7 @@ impl Tunnel {
             data_path_options(),
         );
         let change = config
-            .to_change(|host, port| {
-                (host, port)
-                    .to_socket_addrs()?
-                    .next()
-                    .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))
-            })
+            .to_change(resolve_endpoint)
             .map_err(|e| format!("the config: {e}"))?;
         dev.configure(&change)
             .map_err(|e| format!("configuring the device: {e}"))?;

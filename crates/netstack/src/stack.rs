@@ -176,7 +176,12 @@ impl Stack {
 
     /// smoltcp's clock: microseconds since the stack was made.
     fn now(&self) -> SmolInstant {
-        SmolInstant::from_micros(self.epoch.elapsed().as_micros() as i64)
+        self.smol_time(Instant::now())
+    }
+
+    /// `t` on smoltcp's clock.
+    fn smol_time(&self, t: Instant) -> SmolInstant {
+        SmolInstant::from_micros(t.duration_since(self.epoch).as_micros() as i64)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -256,10 +261,11 @@ impl Stack {
             if self.is_closed() {
                 return Err(closed());
             }
-            let now = self.now();
+            let wall = Instant::now();
+            let now = self.smol_time(wall);
             let mut st = self.lock();
             let st_ref = &mut *st;
-            if Instant::now() >= st_ref.next_housekeeping {
+            if wall >= st_ref.next_housekeeping {
                 st_ref.housekeeping(&self.opts);
             }
             let mut used = 0;
@@ -471,6 +477,10 @@ impl State {
     /// Before a packet is taken in: when it opens a connection to one of our listeners that
     /// has room and no socket holds that connection yet, a socket is made to listen for it.
     fn listen_for_syn(&mut self, packet: &[u8], opts: &Options) -> Option<(SocketHandle, u16)> {
+        if self.listeners.is_empty() {
+            // A stack that only dials never parses a header of its own.
+            return None;
+        }
         let (src, dst) = syn_endpoints(packet)?;
         let l = self.listeners.get(&dst.port)?;
         if l.addr.is_some_and(|a| a != dst.addr) {

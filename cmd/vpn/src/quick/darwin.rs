@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -430,10 +430,7 @@ fn up_steps(
     run_hooks(&t.config.interface.pre_up, &t.ifname)?;
     let endpoints = RefCell::new(Vec::new());
     let body = t.config.to_uapi(|host, port| {
-        let addr: SocketAddr = (host, port)
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+        let addr: SocketAddr = super::resolve_endpoint(host, port)?;
         endpoints.borrow_mut().push(addr.ip());
         Ok(addr)
     })?;
