@@ -243,6 +243,19 @@ impl LinuxTun {
     /// the TCP offloads are required and USO is tried; without it there is no offload (one
     /// packet per `read(2)`, batched by reading ahead). Sets the MTU unless `mtu` is 0.
     pub fn from_fd(fd: OwnedFd, mtu: u32) -> io::Result<Self> {
+        Self::wrap_fd(fd, mtu, true)
+    }
+
+    /// [`LinuxTun::from_fd`] without the netlink listener (wireguard-go's
+    /// `CreateUnmonitoredTUNFromFD`): no rtnetlink socket is opened and [`Device::events`]
+    /// never reports anything, so the owner brings the device up and down itself. An Android
+    /// app may not bind a `NETLINK_ROUTE` socket, and its `VpnService` owns the interface's
+    /// state anyway. The MTU is left as the fd's owner set it.
+    pub fn from_fd_unmonitored(fd: OwnedFd) -> io::Result<Self> {
+        Self::wrap_fd(fd, 0, false)
+    }
+
+    fn wrap_fd(fd: OwnedFd, mtu: u32, monitored: bool) -> io::Result<Self> {
         let (name, flags) = sys::get_iff(fd.as_fd())?;
         if flags & libc::IFF_TUN == 0 || flags & libc::IFF_TAP != 0 {
             return Err(io::Error::new(
@@ -270,10 +283,22 @@ impl LinuxTun {
         let ifindex = ctl.index(&name)?;
         let running = ctl.flags(&name)? & sys::IFF_RUNNING != 0;
         let wake = Arc::new(EventFd::new()?);
-        let nl = sys::netlink_link_socket()?;
         let (tx, events) = crossbeam_channel::bounded(EVENT_CAPACITY);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
-        let listener = events::spawn(nl, wake.clone(), ifindex, running, tx, stop_rx)?;
+        // Unmonitored, the sender is dropped here: the channel reports nothing, ever.
+        let listener = if monitored {
+            let nl = sys::netlink_link_socket()?;
+            Some(events::spawn(
+                nl,
+                wake.clone(),
+                ifindex,
+                running,
+                tx,
+                stop_rx,
+            )?)
+        } else {
+            None
+        };
         tracing::debug!("TUN {name}: index {ifindex}, vnet {vnet}, uso {uso}");
         Ok(Self {
             fd,

@@ -16,11 +16,12 @@ pub(crate) struct Shutdown {
 }
 
 impl Shutdown {
-    pub(crate) fn new(stop_events: Sender<()>, listener: JoinHandle<()>) -> Shutdown {
+    /// `listener` is the event thread to stop, if the device has one.
+    pub(crate) fn new(stop_events: Sender<()>, listener: Option<JoinHandle<()>>) -> Shutdown {
         Shutdown {
             closed: AtomicBool::new(false),
             stop_events: Mutex::new(Some(stop_events)),
-            listener: Mutex::new(Some(listener)),
+            listener: Mutex::new(listener),
         }
     }
 

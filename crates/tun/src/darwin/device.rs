@@ -100,7 +100,7 @@ impl DarwinTun {
             wake_rx,
             wake_tx,
             events,
-            shutdown: Shutdown::new(stop_tx, listener),
+            shutdown: Shutdown::new(stop_tx, Some(listener)),
         })
     }
 

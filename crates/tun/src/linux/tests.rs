@@ -130,6 +130,26 @@ fn from_fd_with_and_without_virtio_header() {
     });
 }
 
+#[test]
+fn an_unmonitored_tun_carries_traffic_and_reports_no_events() {
+    require_root!();
+    Netns::new().run(|| {
+        let fd = sys::open("vt4", false).unwrap();
+        let tun = LinuxTun::from_fd_unmonitored(fd).unwrap();
+        assert!(!tun.offload_enabled());
+        let events = tun.events();
+        udp_both_ways(&tun, "vt4", 4);
+        ip(&["link", "set", "vt4", "down"]);
+        ip(&["link", "set", "vt4", "up"]);
+        // No listener ever sends: the channel is disconnected, not merely empty.
+        assert_eq!(
+            events.recv_timeout(std::time::Duration::from_millis(200)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        );
+        tun.close().unwrap();
+    });
+}
+
 /// Reads a datagram a local socket sends into the TUN, and writes one the socket receives.
 fn udp_both_ways(tun: &LinuxTun, name: &str, net: u8) {
     let local = Ipv4Addr::new(100, 64, net, 1);
