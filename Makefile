@@ -40,7 +40,7 @@ test:
 
 # (root) the network-namespace suite: vpn against itself, wireguard-go and boringtun-cli.
 netns:
-	$(CARGO) build -p vpn-cli -p vpn-netns-tools
+	$(CARGO) build -p vpn-cli -p vpn-netns-tools -p vpn-jni
 	bash netns-tests/run.sh $${CARGO_TARGET_DIR:-target}/debug/vpn
 	bash netns-tests/connected/test.sh $${CARGO_TARGET_DIR:-target}/debug/vpn
 

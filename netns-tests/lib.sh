@@ -73,7 +73,7 @@ ensure_tools() {
     for t in ip:iproute2 ping:iputils-ping wg:wireguard-tools wireguard-go:wireguard-go \
              iperf3:iperf3 nft:nftables iptables-restore:iptables ip6tables-restore:iptables \
              taskset:util-linux ss:iproute2 python3:python3 setpriv:util-linux curl:curl \
-             dnsmasq:dnsmasq-base; do
+             dnsmasq:dnsmasq-base javac:openjdk-17-jdk-headless gcc:gcc; do
         command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
     done
     if [ "${#missing[@]}" -gt 0 ]; then

@@ -497,6 +497,8 @@ scenario_hostile() {
 source "$HERE/hardening.sh"
 # shellcheck source=netstack.sh
 source "$HERE/netstack.sh"
+# shellcheck source=android.sh
+source "$HERE/android.sh"
 
 # --- runner --------------------------------------------------------------------------------
 
@@ -511,11 +513,11 @@ scenario_cleanup() {
 
 ALL=(basic_v4_underlay basic_v6_underlay big_mtu_offload bulk_scheduling counters roaming_v4 roaming_v6
     cryptokey_routing nat sticky_source_v4 sticky_source_v6 keys interop_wireguard_go
-    interop_boringtun wg_fidelity hostile "${HARDENING[@]}" "${NETSTACK[@]}")
+    interop_boringtun wg_fidelity hostile "${HARDENING[@]}" "${NETSTACK[@]}" "${ANDROID[@]}")
 if [ "$#" -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
 
 # The netstack scenarios move 512 MiB through a debug build's userspace TCP: more time.
-scenario_timeout() { case "$1" in netstack_*) echo $((SCENARIO_TIMEOUT * 4)) ;; *) echo "$SCENARIO_TIMEOUT" ;; esac; }
+scenario_timeout() { case "$1" in netstack_*|android_*) echo $((SCENARIO_TIMEOUT * 4)) ;; *) echo "$SCENARIO_TIMEOUT" ;; esac; }
 
 passed=0; failed=0; failed_names=()
 for s in "${SELECTED[@]}"; do
