@@ -5,7 +5,7 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 FUZZ_SECONDS ?= 10
 
 .PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin ffi-darwin apple \
-	bench bench-hub bench-netstack fuzz-smoke netns-connected clean
+	bench bench-hub bench-netstack bench-android fuzz-smoke netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench         benchmarks (criterion)"
 	@echo "make bench-hub     one device with 100 000 peers: configure, memory, wg show, handshakes/s"
 	@echo "make bench-netstack (root) vpn forward vs onetun 0.3.10 vs the TUN tunnel, same run"
+	@echo "make bench-android (root) the Android backend from a JVM: throughput and memory per packet-memory budget"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
 
 build:
@@ -89,6 +90,11 @@ bench-hub:
 bench-netstack:
 	$(CARGO) build --release -p vpn-cli
 	bash netns-tests/bench_netstack.sh $${CARGO_TARGET_DIR:-target}/release/vpn
+
+# The Android backend's packet-memory budget: Mbit/s and the JVM's memory per budget.
+bench-android:
+	$(CARGO) build --release -p vpn-cli -p vpn-jni
+	bash netns-tests/bench_android.sh $${CARGO_TARGET_DIR:-target}/release/libwg_go.so $${CARGO_TARGET_DIR:-target}/release/vpn
 
 fuzz-smoke:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/smoke.sh
