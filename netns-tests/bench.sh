@@ -25,6 +25,11 @@
 #   RUNS=3 SECS=4 (seconds per iperf3 run) RTT_ROUNDS=10 RTT_PINGS=20 RTT_INTERVAL=0.05
 #   MAX_LOAD=1 LOAD_WAIT=300 (seconds to wait for a quiet machine) DOC=docs/performance.md
 #   IMPLS="veth vpn wggo boringtun"
+#   PIN=split (default: side A on CPU 0, side B on CPU 1) | unpinned (no affinity at all) |
+#   onecore (both daemons on CPU 0, both iperf3 ends and ping on CPU 1: each daemon has one CPU,
+#   so a device sizes itself for one core, while the load runs elsewhere). The non-default modes
+#   write sections of their own, "## Tunnel benchmark (netns, unpinned)" and "(netns, onecore)",
+#   each with its own chart.
 #   BASE=main: same-run A/B against a baseline `vpn` built from that git ref in its own
 #   worktree and target directory (target/bench-base/); its runs are interleaved with the
 #   others and the ratios vpn/base are printed and written to the section.
@@ -126,7 +131,19 @@ fi
 VPN="$(realpath "${1:-$ROOT/target/release/vpn}")"
 RUNS="${RUNS:-3}"; SECS="${SECS:-4}"; RTT_ROUNDS="${RTT_ROUNDS:-10}"; RTT_PINGS="${RTT_PINGS:-20}"
 RTT_INTERVAL="${RTT_INTERVAL:-0.05}"; MAX_LOAD="${MAX_LOAD:-1}"; LOAD_WAIT="${LOAD_WAIT:-300}"
-DOC="${DOC:-$ROOT/docs/performance.md}"; SVG="$(dirname "$DOC")/tunnel-benchmark.svg"
+PIN="${PIN:-split}"
+case "$PIN" in
+    split) TITLE="Tunnel benchmark (netns)"; SVG_NAME=tunnel-benchmark.svg
+           CPU_DA=0; CPU_DB=1; CPU_IA=0; CPU_IB=1 ;;
+    unpinned) TITLE="Tunnel benchmark (netns, unpinned)"; SVG_NAME=tunnel-benchmark-unpinned.svg
+           CPU_DA=; CPU_DB=; CPU_IA=; CPU_IB= ;;
+    onecore) TITLE="Tunnel benchmark (netns, onecore)"; SVG_NAME=tunnel-benchmark-onecore.svg
+           CPU_DA=0; CPU_DB=0; CPU_IA=1; CPU_IB=1 ;;
+    *) echo "bench.sh: PIN=$PIN is not split, unpinned or onecore" >&2; exit 2 ;;
+esac
+# `taskset -c N` for a CPU, nothing for none.
+on_cpu() { [ -n "$1" ] && echo "taskset -c $1"; }
+DOC="${DOC:-$ROOT/docs/performance.md}"; SVG="$(dirname "$DOC")/$SVG_NAME"
 IMPLS="${IMPLS:-veth vpn wggo boringtun}"
 HOST_CC="$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown)"
 CC="${CC-cubic}"
@@ -251,7 +268,7 @@ bench_pair() {
     if [ "$impl" = veth ]; then
         DST=198.18.0.2; SRC=198.18.0.1; DEVA="$VA"; DEVB="$VB"; PIDA=""; PIDB=""
     else
-        CPU_A=0 CPU_B=1 tunnel "$impl" "$impl" 4
+        CPU_A="$CPU_DA" CPU_B="$CPU_DB" tunnel "$impl" "$impl" 4
         DST=100.64.0.2; SRC=100.64.0.1; DEVA="$WA"; DEVB="$WB"
         n "$A" timeout 10 ping -c 3 -i 0.2 -W 2 "$DST" >/dev/null || { echo "$impl: tunnel did not come up" >&2; return 1; }
     fi
@@ -270,10 +287,12 @@ use_cc() {
 bench_run() {
     local impl="$1" run="$2" j end bps
     bench_pair "$impl" "b$run${impl:0:2}" || { ns_del "$A" "$B"; return 1; }
-    timeout 600 ip netns exec "$(ns "$B")" taskset -c 1 iperf3 -s >/dev/null 2>&1 &
+    # shellcheck disable=SC2046 # on_cpu's words are the command prefix
+    timeout 600 ip netns exec "$(ns "$B")" $(on_cpu "$CPU_IB") iperf3 -s >/dev/null 2>&1 &
     track_pid $!
     wait_for "n $B ss -ltn | grep -q ':5201 '" 5
-    cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" taskset -c 0 iperf3 --json -c "$DST" -t "$SECS" "$@"; }
+    # shellcheck disable=SC2046
+    cli() { timeout $((SECS + 20)) ip netns exec "$(ns "$A")" $(on_cpu "$CPU_IA") iperf3 --json -c "$DST" -t "$SECS" "$@"; }
     # TCP 1 stream with the daemons' CPU time and CPU 0's timer interrupts; metric names end
     # in $1.
     tcp1() {
@@ -349,25 +368,34 @@ for round in $(seq "$RTT_ROUNDS"); do
         if [ $((round % 2)) -eq 1 ]; then k=$(( (off + j) % nimpl )); else k=$(( (off + nimpl - j) % nimpl )); fi
         impl="${RTT_ORDER[$k]}"
         [ -n "${RTT_NS[$impl]:-}" ] || continue
-        n "${RTT_NS[$impl]}" taskset -c 0 timeout 30 ping -c "$RTT_PINGS" -i "$RTT_INTERVAL" -W 2 "${RTT_DST[$impl]}" |
+        # shellcheck disable=SC2046
+        n "${RTT_NS[$impl]}" $(on_cpu "$CPU_IA") timeout 30 ping -c "$RTT_PINGS" -i "$RTT_INTERVAL" -W 2 "${RTT_DST[$impl]}" |
             grep -o 'time=[0-9.]*' | cut -d= -f2 | while read -r t; do record "$impl" rtt "$t"; done
     done
 done
 for impl in $IMPLS; do echo "   $(label "$impl") RTT median/p10/p90/mean: $(pct "$impl" rtt) ms"; done
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 
+# How the run was pinned, for the section's first sentence.
+pin_text() {
+    case "$PIN" in
+        split) echo "side A (daemon and iperf3 client) pinned to CPU 0, side B (daemon and iperf3 server) to CPU 1" ;;
+        unpinned) echo "nothing pinned: daemons, iperf3 and ping go wherever the scheduler puts them" ;;
+        onecore) echo "both daemons pinned to CPU 0 (each device sees one CPU and sizes itself for it), both iperf3 ends and ping to CPU 1" ;;
+    esac
+}
+
 section() {
-    echo "## Tunnel benchmark (netns)"
+    echo "## $TITLE"
     echo
-    echo "\`make bench\` → \`netns-tests/bench.sh\`: two namespaces joined by a veth pair (MTU 1500), a"
-    echo "tunnel between two daemons of the same implementation (tunnel MTU 1420), side A (daemon and"
-    echo "iperf3 client) pinned to CPU 0, side B (daemon and iperf3 server) to CPU 1. Plain veth is the"
+    echo "\`make bench\` → \`netns-tests/bench.sh\` (PIN=$PIN): two namespaces joined by a veth pair (MTU 1500), a"
+    echo "tunnel between two daemons of the same implementation (tunnel MTU 1420), $(pin_text). Plain veth is the"
     echo "ceiling (no tunnel). Medians of $RUNS runs, min..max in brackets; ${SECS} s per iperf3 run."
     echo "CPU-s/GB: utime+stime of both daemons during the TCP 1-stream run per 10⁹ bytes received."
     echo "UDP: iperf3 \`-u -b 0 -l 64\` (64-byte payloads, unlimited rate), datagrams delivered per second."
     echo "RTT: every implementation's tunnel up at once, $RTT_ROUNDS rounds of \`ping -c $RTT_PINGS -i $RTT_INTERVAL\` per"
-    echo "implementation, interleaved in an order that rotates (and reverses) every round, ping pinned to CPU 0 with"
-    echo "side A; median of all $((RTT_ROUNDS * RTT_PINGS)) pings with the 10th..90th percentile and the mean in"
+    echo "implementation, interleaved in an order that rotates (and reverses) every round, ping $([ -n "$CPU_IA" ] && echo "pinned to CPU $CPU_IA" || echo "unpinned") with"
+    echo "iperf3's client; median of all $((RTT_ROUNDS * RTT_PINGS)) pings with the 10th..90th percentile and the mean in"
     echo "brackets. Timer irq/s: local timer interrupts CPU 0 took per second during the TCP 1-stream run."
     if [ -n "$CC" ]; then
         echo "TCP: iperf3's sockets use $CC, the kernel's default congestion control (per-route \`congctl\` in"
@@ -403,7 +431,7 @@ section() {
         done
     fi
     echo
-    echo "![TCP throughput and CPU per GB per tunnel, plain veth as a reference figure](tunnel-benchmark.svg)"
+    echo "![TCP throughput and CPU per GB per tunnel, plain veth as a reference figure]($SVG_NAME)"
     echo
     echo "Same-run ratios (medians):"
     echo "- TCP 1 stream: vpn/boringtun-cli $(ratio vpn boringtun tcp1), vpn/wireguard-go $(ratio vpn wggo tcp1) (targets ≥ 3.5× and ≥ 6×);"
@@ -434,13 +462,13 @@ new="$STATE/section.md"
 section >"$new"
 cat "$new"
 # Replace our section (from its heading to the next "## " heading) or append it.
-if grep -q '^## Tunnel benchmark (netns)' "$DOC" 2>/dev/null; then
-    awk -v f="$new" '
-        /^## Tunnel benchmark \(netns\)/ { while ((getline l < f) > 0) print l; skip = 1; next }
+if grep -qxF "## $TITLE" "$DOC" 2>/dev/null; then
+    awk -v f="$new" -v h="## $TITLE" '
+        $0 == h { while ((getline l < f) > 0) print l; skip = 1; next }
         skip && /^## / { skip = 0; print ""; }
         !skip { print }' "$DOC" >"$STATE/doc.md"
 else
     { cat "$DOC" 2>/dev/null; echo; cat "$new"; } >"$STATE/doc.md"
 fi
 cat "$STATE/doc.md" >"$DOC"
-echo "== written: $DOC (section \"Tunnel benchmark (netns)\"), $SVG"
+echo "== written: $DOC (section \"$TITLE\"), $SVG"
