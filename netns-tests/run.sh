@@ -499,6 +499,8 @@ source "$HERE/hardening.sh"
 source "$HERE/netstack.sh"
 # shellcheck source=android.sh
 source "$HERE/android.sh"
+# shellcheck source=sandbox.sh
+source "$HERE/sandbox.sh"
 
 # --- runner --------------------------------------------------------------------------------
 
@@ -513,7 +515,7 @@ scenario_cleanup() {
 
 ALL=(basic_v4_underlay basic_v6_underlay big_mtu_offload bulk_scheduling counters roaming_v4 roaming_v6
     cryptokey_routing nat sticky_source_v4 sticky_source_v6 keys interop_wireguard_go
-    interop_boringtun wg_fidelity hostile "${HARDENING[@]}" "${NETSTACK[@]}" "${ANDROID[@]}")
+    interop_boringtun wg_fidelity hostile "${HARDENING[@]}" "${NETSTACK[@]}" "${ANDROID[@]}" "${SANDBOX[@]}")
 if [ "$#" -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
 
 # The netstack scenarios move 512 MiB through a debug build's userspace TCP: more time.
@@ -524,11 +526,15 @@ for s in "${SELECTED[@]}"; do
     declare -F "scenario_$s" >/dev/null || { echo "unknown scenario $s" >&2; failed=$((failed + 1)); continue; }
     log="$STATE/$s.scenario.log"
     start=$(date +%s)
+    touch "$STATE/$s.start"
     # A subshell per scenario: its own namespaces, removed when it ends (pass, fail or timeout).
+    # Every daemon runs under its seccomp filter: a call outside it, named in a daemon's log,
+    # fails the scenario even where the test did not notice the daemon stop.
     (
         trap scenario_cleanup EXIT
         set -e
         "scenario_$s"
+        seccomp_reports_since "$STATE/$s.start"
     ) >"$log" 2>&1 &
     spid=$!
     # The watchdog's sleep dies with it: a sleep left behind would hold the caller's pipe

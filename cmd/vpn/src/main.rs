@@ -70,6 +70,15 @@ enum Cmd {
     /// service), in the foreground until a signal.
     #[cfg(unix)]
     Forward(userspace::ForwardArgs),
+    /// Installs the daemon's seccomp filter on this process, then makes a call outside it
+    /// (mount, ptrace, execve, socket-packet, fork; or thread and udp, which it allows): the
+    /// test that the filter bites.
+    #[cfg(target_os = "linux")]
+    #[command(hide = true)]
+    SandboxProbe {
+        /// The call to make.
+        call: String,
+    },
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin, print its public key.
@@ -88,6 +97,8 @@ fn main() -> ExitCode {
         Some(Cmd::Proxy(a)) => userspace::proxy(&a),
         #[cfg(unix)]
         Some(Cmd::Forward(a)) => userspace::forward(&a),
+        #[cfg(target_os = "linux")]
+        Some(Cmd::SandboxProbe { call }) => daemon::sandbox::probe(&call),
         Some(Cmd::Genkey) => keys::genkey(),
         Some(Cmd::Pubkey) => keys::pubkey(),
         None => match cli.ifname {

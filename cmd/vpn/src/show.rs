@@ -88,6 +88,7 @@ fn show_one(dir: &Path, name: &str, now: u64) -> Result<String, crate::Error> {
     if let Some(s) = stats {
         out.push('\n');
         out.push_str(&format_batching(&s));
+        out.push_str(&format_sandbox(&s));
     }
     Ok(out)
 }
@@ -253,6 +254,72 @@ fn per(a: u64, b: u64) -> f64 {
 
 fn percent(a: u64, b: u64) -> f64 {
     per(a, b) * 100.0
+}
+
+/// The packet memory and what the daemon kept after setup (its `memory.*` and `sandbox.*`
+/// counters; nothing from a daemon that reports neither).
+fn format_sandbox(st: &Statistics) -> String {
+    let g = |k: &str| st.get(k).unwrap_or(0);
+    let mut s = String::new();
+    if st.get("memory.budget").is_some() {
+        let cap = match g("memory.budget") {
+            0 => "no cap".to_owned(),
+            b => format!("cap {}", bytes(b)),
+        };
+        let _ = writeln!(
+            s,
+            "  packet memory: {} allocated, peak {}, {cap}, {} waits",
+            bytes(g("memory.allocated")),
+            bytes(g("memory.peak")),
+            g("memory.waits")
+        );
+    }
+    if st.get("sandbox.uid").is_some() {
+        let caps = g("sandbox.capabilities");
+        let caps = if caps == 0 {
+            "no capabilities".to_owned()
+        } else {
+            (0..64)
+                .filter(|c| caps & (1 << c) != 0)
+                .map(capability_name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let seccomp = match g("sandbox.seccomp_calls") {
+            0 => "off".to_owned(),
+            n => format!("{n} system calls allowed"),
+        };
+        let landlock = match g("sandbox.landlock") {
+            0 => "off",
+            1 => "not supported by this kernel",
+            2 => "partially enforced (older kernel)",
+            3 => "enforced",
+            _ => "unknown",
+        };
+        let _ = writeln!(
+            s,
+            "sandbox:\n  user: uid {} gid {}{}\n  capabilities: {caps}\n  seccomp: {seccomp}\n  landlock: {landlock}",
+            g("sandbox.uid"),
+            g("sandbox.gid"),
+            if g("sandbox.no_new_privs") == 1 {
+                ", no_new_privs"
+            } else {
+                ""
+            },
+        );
+    }
+    s
+}
+
+/// `capabilities(7)`'s name for the capabilities `vpn show` may meet.
+fn capability_name(cap: u32) -> String {
+    match cap {
+        10 => "CAP_NET_BIND_SERVICE".into(),
+        12 => "CAP_NET_ADMIN".into(),
+        13 => "CAP_NET_RAW".into(),
+        21 => "CAP_SYS_ADMIN".into(),
+        n => format!("capability {n}"),
+    }
 }
 
 /// The "batching:" section: how many packets each system call moved, how much of the
@@ -463,5 +530,20 @@ mod tests {
             empty.contains("0 calls, 0.00 packets per read\n") && empty.ends_with("drops: none\n"),
             "{empty}"
         );
+    }
+
+    #[test]
+    fn memory_and_sandbox_lines() {
+        let body = "memory.budget=33554432\nmemory.allocated=1048576\nmemory.peak=2097152\n\
+                    memory.waits=0\nsandbox.uid=65534\nsandbox.gid=65534\nsandbox.capabilities=5120\n\
+                    sandbox.no_new_privs=1\nsandbox.seccomp_calls=70\nsandbox.landlock=3\n";
+        assert_eq!(
+            format_sandbox(&body.parse().unwrap()),
+            "  packet memory: 1.00 MiB allocated, peak 2.00 MiB, cap 32.00 MiB, 0 waits\n\
+             sandbox:\n  user: uid 65534 gid 65534, no_new_privs\n\
+             \x20 capabilities: CAP_NET_BIND_SERVICE, CAP_NET_ADMIN\n\
+             \x20 seccomp: 70 system calls allowed\n  landlock: enforced\n"
+        );
+        assert_eq!(format_sandbox(&Statistics::new()), "");
     }
 }

@@ -181,14 +181,18 @@ fn wg_field(ns: &str, ifname: &str, field: &str) -> Vec<String> {
     line.split('\t').skip(1).map(str::to_owned).collect()
 }
 
-/// The pid of the only `vpn` daemon in `ns`.
+/// The pid of the only `vpn` daemon in `ns` (its UAPI socket cleaner, `vpn-sock-clean`, is
+/// the namespace's other process).
 fn daemon_pid(ns: &str) -> u32 {
     let pids = sh(&["ip", "netns", "pids", ns]);
     let pids: Vec<u32> = pids
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "vpn")
+        })
         .collect();
-    assert_eq!(pids.len(), 1, "one process in {ns}: {pids:?}");
+    assert_eq!(pids.len(), 1, "one daemon in {ns}: {pids:?}");
     pids[0]
 }
 

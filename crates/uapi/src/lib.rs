@@ -29,7 +29,7 @@ mod watch;
 #[cfg(unix)]
 pub use listener::UapiListener;
 #[cfg(unix)]
-pub use server::{ServeOptions, StatsFn, UapiServer};
+pub use server::{PreparedWatch, ServeOptions, StatsFn, UapiServer};
 
 use std::path::{Path, PathBuf};
 

@@ -28,6 +28,24 @@ pub struct ServeOptions {
     /// Called once, from the watcher thread, when the socket file is deleted or replaced.
     /// It must not call [`UapiServer::close`] itself and wait for it (send a message instead).
     pub on_removed: Option<Box<dyn FnOnce() + Send>>,
+    /// The watch on the socket path, opened earlier with [`PreparedWatch::open`]; `None`: it
+    /// is opened when serving starts. A daemon that gives up root before serving opens it while
+    /// still root: inotify needs read access to the socket file, which only root has.
+    pub watch: Option<PreparedWatch>,
+    /// Leave the socket file in place on [`UapiServer::close`]: someone else removes it (the
+    /// daemon's cleaner process, once the daemon no longer may).
+    pub keep_socket_file: bool,
+}
+
+/// A watch on a socket path opened ahead of [`UapiListener::serve_with`].
+pub struct PreparedWatch(SocketWatch);
+
+impl PreparedWatch {
+    /// Opens the watch on `listener`'s socket path now (falling back, with a warning, to a
+    /// periodic look where the system watch cannot be set up).
+    pub fn open(listener: &UapiListener) -> PreparedWatch {
+        PreparedWatch(SocketWatch::open(&listener.path))
+    }
 }
 
 struct Shared {
@@ -43,6 +61,7 @@ struct Shared {
     next_id: AtomicU64,
     watch: SocketWatch,
     removed: AtomicBool,
+    keep_socket_file: bool,
 }
 
 /// A running UAPI server. [`close`](Self::close) (or drop) stops it and removes the socket.
@@ -59,8 +78,11 @@ impl UapiListener {
     }
 
     /// [`serve`](Self::serve) with extra statistics and a removal callback.
-    pub fn serve_with(self, dev: Arc<Device>, opts: ServeOptions) -> UapiServer {
-        let watch = SocketWatch::open(&self.path);
+    pub fn serve_with(self, dev: Arc<Device>, mut opts: ServeOptions) -> UapiServer {
+        let watch = match opts.watch.take() {
+            Some(PreparedWatch(w)) => w,
+            None => SocketWatch::open(&self.path),
+        };
         self.serve_watched(dev, opts, watch)
     }
 
@@ -83,6 +105,7 @@ impl UapiListener {
             next_id: AtomicU64::new(0),
             watch,
             removed: AtomicBool::new(false),
+            keep_socket_file: opts.keep_socket_file,
         });
         let s = shared.clone();
         let accept = std::thread::Builder::new()
@@ -119,7 +142,7 @@ impl UapiServer {
     }
 
     /// Stops accepting, ends open connections, joins every thread and removes the socket
-    /// file if it is still ours. Idempotent.
+    /// file if it is still ours (unless [`ServeOptions::keep_socket_file`]). Idempotent.
     pub fn close(&mut self) {
         let s = &self.shared;
         s.closing.store(true, Ordering::Release);
@@ -145,7 +168,7 @@ impl UapiServer {
                 let _ = h.join();
             }
         }
-        if s.ident.is_some() && identity(&s.path) == s.ident {
+        if !s.keep_socket_file && s.ident.is_some() && identity(&s.path) == s.ident {
             if let Err(e) = std::fs::remove_file(&s.path) {
                 tracing::warn!("removing {}: {e}", s.path.display());
             }

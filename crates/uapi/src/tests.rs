@@ -132,7 +132,7 @@ fn set_get_and_stats_round_trip() {
         extra_stats: Some(Box::new(|st: &mut vpn_ipc::Statistics| {
             st.push("tun", "reads", 42);
         })),
-        on_removed: None,
+        ..ServeOptions::default()
     };
     let _srv = UapiListener::bind(&tmp.0, "wg3")
         .unwrap()
@@ -219,6 +219,7 @@ fn removal_reporting() -> (ServeOptions, mpsc::Receiver<()>) {
         on_removed: Some(Box::new(move || {
             let _ = tx.send(());
         })),
+        ..ServeOptions::default()
     };
     (opts, rx)
 }
@@ -287,6 +288,34 @@ fn close_leaves_a_replacement_socket_alone() {
     srv.close();
     assert!(path.exists());
     drop(other);
+}
+
+/// A watch opened before serving (a daemon about to give up root) reports the removal as the
+/// one `serve_with` opens would; `keep_socket_file` leaves the file to someone else on close.
+#[test]
+fn a_prepared_watch_reports_removal_and_a_kept_file_survives_close() {
+    let tmp = TempDir::new();
+    let (mut opts, rx) = removal_reporting();
+    let listener = UapiListener::bind(&tmp.0, "wg9").unwrap();
+    opts.watch = Some(crate::PreparedWatch::open(&listener));
+    let srv = listener.serve_with(device(), opts);
+    delete_and_expect_report(&srv, &rx);
+    drop(srv);
+    let listener = UapiListener::bind(&tmp.0, "wg9").unwrap();
+    let mut srv = listener.serve_with(
+        device(),
+        ServeOptions {
+            keep_socket_file: true,
+            ..ServeOptions::default()
+        },
+    );
+    let path = srv.path().to_path_buf();
+    srv.close();
+    assert!(path.exists(), "the socket file is someone else's to remove");
+    assert!(
+        UnixStream::connect(&path).is_err(),
+        "but nobody answers on it"
+    );
 }
 
 /// Where no OS watch can be set up, the portable poll still notices the socket's removal.

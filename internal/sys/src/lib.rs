@@ -4,7 +4,7 @@
 //! here instead, behind small safe functions: batched `recvmmsg`/`sendmmsg`
 //! ([`mmsg`]), building and parsing control messages ([`cmsg`]), integer socket options
 //! ([`sockopt`]), the daemon's process plumbing ([`daemon`]), the data-path threads'
-//! scheduling policy ([`sched`]), the TUN device's calls ([`tun`]) and waiting for a descriptor or a close ([`poll`]). Every `unsafe` block
+//! scheduling policy ([`sched`]), the TUN device's calls ([`tun`]), waiting for a descriptor or a close ([`poll`]), and the daemon's sandbox: giving up root ([`privileges`]), the seccomp filter's SIGSYS report ([`seccomp`]) and the UAPI socket's cleaner ([`cleaner`]). Every `unsafe` block
 //! carries a `// SAFETY:` comment, and every module has tests of its own against the real
 //! kernel interface it wraps.
 //!
@@ -16,6 +16,8 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(target_os = "linux")]
+pub mod cleaner;
 #[cfg(target_os = "linux")]
 pub mod cmsg;
 #[cfg(unix)]
@@ -29,13 +31,22 @@ pub mod poll;
 #[cfg(all(feature = "posix-kernel", target_os = "linux"))]
 pub mod posix_kernel;
 #[cfg(target_os = "linux")]
+pub mod privileges;
+#[cfg(target_os = "linux")]
 pub mod route_events;
 #[cfg(target_os = "linux")]
 pub mod sched;
 #[cfg(target_os = "linux")]
+pub mod seccomp;
+#[cfg(target_os = "linux")]
 mod sockaddr;
 #[cfg(target_os = "linux")]
 pub mod sockopt;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod syscall_names;
 #[cfg(target_os = "linux")]
 #[cfg(target_os = "linux")]
 pub mod tun;

@@ -3,13 +3,14 @@
 //! suspend) and `SCHED_BATCH` for the light direction of bulk traffic.
 
 use super::{DaemonOptions, Parts, DEFAULT_MTU};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use vpn_conn::StdNetBind;
 use vpn_device::clock::BootTimeClock;
 use vpn_device::sched::Scheduling;
 use vpn_device::Options;
 use vpn_ipc::Statistics;
+use vpn_sys::tun as tun_sys;
 use vpn_tun::{Device as _, LinuxTun, NamespaceWatch, TunStats};
 use vpn_uapi::StatsFn;
 
@@ -23,16 +24,72 @@ impl Scheduling for SchedBatch {
     }
 }
 
-fn open_tun(ifname: &str, offload: bool) -> Result<LinuxTun, crate::Error> {
-    match super::inherited_fd("WG_TUN_FD")? {
-        Some(fd) => {
-            let raw = fd.as_raw_fd();
-            Ok(LinuxTun::from_fd(fd, DEFAULT_MTU)
-                .map_err(|e| format!("WG_TUN_FD={raw}: not a usable TUN device: {e}"))?)
-        }
-        None => Ok(LinuxTun::create_with_offload(ifname, DEFAULT_MTU, offload)
-            .map_err(|e| format!("failed to create TUN device {ifname}: {e}"))?),
+/// What the Linux daemon opens as root, before any thread exists and before it gives up root:
+/// the TUN's descriptor (created, or inherited through `WG_TUN_FD`) and the interface's name.
+/// The TUN is wrapped (its threads started, its MTU set) by [`open`], afterwards.
+pub(super) struct Early {
+    fd: OwnedFd,
+    name: String,
+    /// The `WG_TUN_FD` number, for error messages.
+    inherited: Option<RawFd>,
+}
+
+impl Early {
+    /// The interface's name (the UAPI socket is named after it).
+    pub(super) fn name(&self) -> &str {
+        &self.name
     }
+}
+
+/// Opens the TUN's descriptor: the inherited one, or `<ifname>` created with the virtio-net
+/// header (when `offload` and the kernel takes the TCP offloads; else a plain TUN).
+pub(super) fn open_early(ifname: &str, daemon: &DaemonOptions) -> Result<Early, crate::Error> {
+    if let Some(fd) = super::inherited_fd("WG_TUN_FD")? {
+        let raw = fd.as_raw_fd();
+        let (name, _) = tun_sys::get_iff(fd.as_fd())
+            .map_err(|e| format!("WG_TUN_FD={raw}: not a usable TUN device: {e}"))?;
+        return Ok(Early {
+            fd,
+            name,
+            inherited: Some(raw),
+        });
+    }
+    let created = |e: std::io::Error| format!("failed to create TUN device {ifname}: {e}");
+    let mut fd = None;
+    if daemon.tun_offload {
+        let vnet = tun_sys::open(ifname, true).map_err(created)?;
+        let tcp = tun_sys::TUN_F_CSUM | tun_sys::TUN_F_TSO4 | tun_sys::TUN_F_TSO6;
+        match tun_sys::set_offload(vnet.as_fd(), tcp) {
+            Ok(()) => fd = Some(vnet),
+            Err(e) => tracing::info!("TUN offloads unavailable ({e}); one packet per read(2)"),
+        }
+    }
+    let fd = match fd {
+        Some(fd) => fd,
+        None => tun_sys::open(ifname, false).map_err(created)?,
+    };
+    let (name, _) = tun_sys::get_iff(fd.as_fd()).map_err(created)?;
+    Ok(Early {
+        fd,
+        name,
+        inherited: None,
+    })
+}
+
+/// Wraps the TUN [`open_early`] opened: offloads negotiated, MTU set, link events followed.
+fn open_tun(early: Early) -> Result<LinuxTun, crate::Error> {
+    let Early {
+        fd,
+        name,
+        inherited,
+    } = early;
+    LinuxTun::from_fd(fd, DEFAULT_MTU).map_err(|e| {
+        match inherited {
+            Some(raw) => format!("WG_TUN_FD={raw}: not a usable TUN device: {e}"),
+            None => format!("failed to create TUN device {name}: {e}"),
+        }
+        .into()
+    })
 }
 
 /// The device options every Linux data path uses (the daemon's and `vpn proxy`/`vpn forward`'s):
@@ -49,10 +106,11 @@ pub(crate) fn data_path_options() -> Options {
         .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"))
 }
 
-/// The TUN, the bind and the device options on Linux.
-pub(super) fn open(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate::Error> {
-    let tun = Arc::new(open_tun(ifname, daemon.tun_offload)?);
-    let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
+/// The TUN, the bind and the device options on Linux, from what [`open_early`] opened.
+pub(super) fn open(early: Early, daemon: &DaemonOptions) -> Result<Parts, crate::Error> {
+    let fallback = early.name.clone();
+    let tun = Arc::new(open_tun(early)?);
+    let name = tun.name().unwrap_or(fallback);
     // Connected-socket readers share the device's one memory cap and hold none of it while
     // idle.
     let bind = Arc::new(

@@ -32,8 +32,37 @@ fn open_tun(ifname: &str) -> Result<DarwinTun, crate::Error> {
     }
 }
 
+/// Everything the macOS daemon opens, all at once: it keeps its user (the privilege and
+/// sandbox options do nothing on macOS), so there is no later step.
+pub(super) struct Early(Parts);
+
+impl Early {
+    /// The interface's name (the UAPI socket is named after it).
+    pub(super) fn name(&self) -> &str {
+        &self.0.name
+    }
+}
+
 /// The utun, the bind and the device options on macOS.
-pub(super) fn open(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate::Error> {
+pub(super) fn open_early(ifname: &str, daemon: &DaemonOptions) -> Result<Early, crate::Error> {
+    if daemon.no_drop_privileges
+        || daemon.no_sandbox
+        || daemon.user != "nobody"
+        || !daemon.low_ports
+    {
+        tracing::debug!(
+            "--user, --no-drop-privileges, --low-ports and --no-sandbox do nothing on macOS"
+        );
+    }
+    open_parts(ifname, daemon).map(Early)
+}
+
+/// What [`open_early`] opened.
+pub(super) fn open(early: Early, _: &DaemonOptions) -> Result<Parts, crate::Error> {
+    Ok(early.0)
+}
+
+fn open_parts(ifname: &str, daemon: &DaemonOptions) -> Result<Parts, crate::Error> {
     let tun = Arc::new(open_tun(ifname)?);
     let name = tun.name().unwrap_or_else(|_| ifname.to_owned());
     // As wireguard-go: only when the kernel chose the unit is there a name to report.

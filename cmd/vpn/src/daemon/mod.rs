@@ -13,6 +13,10 @@
 //!
 //! The daemon's switches are [`DaemonOptions`] (flags, or their environment variables).
 //!
+//! On Linux it gives up root once the TUN, the UAPI socket and its watch exist, before it
+//! starts any thread, and seals itself with a seccomp filter once every setup thread runs
+//! (`sandbox/`; `--no-drop-privileges`, `--no-sandbox`).
+//!
 //! Without `--foreground` (or `WG_PROCESS_FOREGROUND=1`) it detaches: the parent re-executes
 //! itself with its own arguments and `--foreground` in a new session, stdio on /dev/null
 //! (stderr to `--log-file` if set), and passes one end of a socket pair in `VPN_DAEMON_READY_FD`. The child writes one
@@ -31,13 +35,15 @@ use vpn_conn::{BindStats, StdNetBind};
 use vpn_device::{Device, Logger, Options};
 use vpn_ipc::Statistics;
 use vpn_sys::daemon as sys;
-use vpn_uapi::{ServeOptions, StatsFn, UapiListener};
+use vpn_uapi::{PreparedWatch, ServeOptions, StatsFn, UapiListener};
 
 mod options;
 pub use options::{command_line_flags, forget_empty_variables, DaemonOptions};
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+pub(crate) mod sandbox;
 #[cfg(target_os = "linux")]
 use linux as platform;
 #[cfg(target_os = "linux")]
@@ -217,27 +223,49 @@ fn serve(
     ready: &mut Option<UnixStream>,
 ) -> Result<(), crate::Error> {
     let signals = [libc::SIGINT, libc::SIGTERM];
+    #[cfg(target_os = "linux")]
+    let plan = sandbox::Plan::new(opts)?;
     // Before any thread exists, so that every thread inherits the mask and only `sigwait`
     // below takes these signals.
     sys::block_signals(&signals)?;
-    let parts = platform::open(ifname, opts)?;
-    let name = parts.name.clone();
+    // As root and on this thread alone: the TUN's descriptor, the UAPI socket and its watch.
+    let early = platform::open_early(ifname, opts)?;
+    let name = early.name().to_owned();
+    let listener = open_uapi(&name)?;
+    let watch = PreparedWatch::open(&listener);
+    // Linux: give up root and restrict this thread, before it starts any other.
+    #[cfg(target_os = "linux")]
+    let mut confined = plan.confine(Some(listener.path()))?;
+    let parts = platform::open(early, opts)?;
     let dev = Arc::new(Device::with_options(
         parts.tun.clone(),
         parts.bind.clone(),
-        Logger::new(name.clone()),
+        Logger::new(parts.name.clone()),
         parts.opts,
     ));
-    let listener = open_uapi(&name)?;
+    #[cfg(target_os = "linux")]
+    let (sandbox_stats, keep_socket_file): (Option<StatsFn>, bool) = (
+        Some(Box::new(confined.stats_fn())),
+        confined.cleaner_removes_socket(),
+    );
+    #[cfg(not(target_os = "linux"))]
+    let (sandbox_stats, keep_socket_file): (Option<StatsFn>, bool) = (None, false);
     let (tx, rx) = mpsc::channel();
     let removed = tx.clone();
     let mut server = listener.serve_with(
         dev.clone(),
         ServeOptions {
-            extra_stats: Some(stats_fn(parts.tun_stats, parts.bind.clone())),
+            extra_stats: Some(stats_fn(
+                parts.tun_stats,
+                parts.bind.clone(),
+                dev.clone(),
+                sandbox_stats,
+            )),
             on_removed: Some(Box::new(move || {
                 let _ = removed.send(Stop::SocketRemoved);
             })),
+            watch: Some(watch),
+            keep_socket_file,
         },
     );
     let closed = tx.clone();
@@ -256,6 +284,9 @@ fn serve(
             }
             Err(e) => tracing::error!("waiting for signals: {e}"),
         })?;
+    // Every thread of the setup exists: the seccomp filter goes on all of them at once.
+    #[cfg(target_os = "linux")]
+    confined.seal()?;
     tracing::info!(device = %name, "device started; UAPI socket {}", server.path().display());
     if let Some(mut r) = ready.take() {
         // The parent may have died meanwhile: nothing to tell then.
@@ -270,18 +301,43 @@ fn serve(
         }
     }
     server.close();
+    #[cfg(target_os = "linux")]
+    confined.finish();
     dev.close();
     tracing::info!(device = %name, "shut down");
     Ok(())
 }
 
-/// The `tun.*` (where the system's TUN counts) and `bind.*` lines of the `stats=1` reply.
-fn stats_fn(tun: Option<StatsFn>, bind: Arc<StdNetBind>) -> StatsFn {
+/// The `tun.*` (where the system's TUN counts), `bind.*`, `memory.*` (the packet memory) and
+/// `sandbox.*` (Linux: what the daemon kept after setup) lines of the `stats=1` reply.
+fn stats_fn(
+    tun: Option<StatsFn>,
+    bind: Arc<StdNetBind>,
+    dev: Arc<Device>,
+    sandbox: Option<StatsFn>,
+) -> StatsFn {
+    // Weak: the server holding this closure must not keep the device alive.
+    let dev = Arc::downgrade(&dev);
     Box::new(move |out: &mut Statistics| {
         if let Some(t) = &tun {
             t(out);
         }
         write_bind_stats(&bind.stats(), bind.offloads(), out);
+        if let Some(d) = dev.upgrade() {
+            let m = d.memory();
+            out.push_group(
+                "memory",
+                [
+                    ("budget", m.budget as u64),
+                    ("allocated", m.allocated as u64),
+                    ("peak", m.peak as u64),
+                    ("waits", m.waits),
+                ],
+            );
+        }
+        if let Some(s) = &sandbox {
+            s(out);
+        }
     })
 }
 

@@ -131,6 +131,60 @@ pub struct DaemonOptions {
     /// Where the detached daemon writes its log (stderr); nowhere by default.
     #[arg(long, env = "VPN_LOG_FILE", value_name = "PATH")]
     pub log_file: Option<std::path::PathBuf>,
+
+    /// Linux: the user (name or uid, optionally `:group`; default group: the user's own) the
+    /// daemon switches to once its TUN, sockets and UAPI socket exist. Nothing on macOS.
+    #[arg(
+        long,
+        env = "VPN_USER",
+        value_name = "USER[:GROUP]",
+        default_value = "nobody"
+    )]
+    pub user: String,
+
+    /// Linux: keep root and every capability after setup, as wireguard-go does (the daemon
+    /// otherwise runs as --user with CAP_NET_ADMIN, and CAP_NET_BIND_SERVICE unless
+    /// --low-ports=off). Nothing on macOS.
+    #[arg(
+        long,
+        env = "VPN_NO_DROP_PRIVILEGES",
+        value_name = "on|off",
+        value_parser = parse_switch,
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "off",
+        default_missing_value = "on"
+    )]
+    pub no_drop_privileges: bool,
+
+    /// Linux: keep CAP_NET_BIND_SERVICE after setup, so `wg set` may move the listen port
+    /// below net.ipv4.ip_unprivileged_port_start; off: such a port is refused once the daemon
+    /// has given up root. Nothing on macOS.
+    #[arg(
+        long,
+        env = "VPN_LOW_PORTS",
+        value_name = "on|off",
+        value_parser = parse_switch,
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "on",
+        default_missing_value = "on"
+    )]
+    pub low_ports: bool,
+
+    /// Linux: no seccomp allowlist and no Landlock ruleset after setup (both are on by
+    /// default on x86_64 and aarch64). Nothing on macOS.
+    #[arg(
+        long,
+        env = "VPN_NO_SANDBOX",
+        value_name = "on|off",
+        value_parser = parse_switch,
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "off",
+        default_missing_value = "on"
+    )]
+    pub no_sandbox: bool,
 }
 
 impl DaemonOptions {
@@ -285,6 +339,8 @@ mod tests {
         );
         assert_eq!(o.memory_budget, vpn_device::DEFAULT_MEMORY_BUDGET);
         assert_eq!(o.log_file, None);
+        assert_eq!(o.user, "nobody");
+        assert!(!o.no_drop_privileges && !o.no_sandbox && o.low_ports);
         #[cfg(target_os = "linux")]
         assert!(o.udp_offload && o.tun_offload);
     }
@@ -304,6 +360,10 @@ mod tests {
                 ("VPN_BATCHED_IO", "1"),
                 ("VPN_DONT_FRAGMENT", "1"),
                 ("VPN_LOG_FILE", "/tmp/vpn.log"),
+                ("VPN_USER", "vpn:vpn"),
+                ("VPN_NO_DROP_PRIVILEGES", "1"),
+                ("VPN_LOW_PORTS", "0"),
+                ("VPN_NO_SANDBOX", "1"),
             ],
         )
         .unwrap();
@@ -314,6 +374,8 @@ mod tests {
         assert_eq!(c.idle_interval, Duration::from_millis(1500));
         assert_eq!(o.memory_budget, 16 << 20);
         assert_eq!(o.log_file.as_deref(), Some("/tmp/vpn.log".as_ref()));
+        assert_eq!(o.user, "vpn:vpn");
+        assert!(o.no_drop_privileges && o.no_sandbox && !o.low_ports);
         #[cfg(target_os = "linux")]
         assert!(!o.udp_offload && !o.tun_offload);
         #[cfg(target_os = "macos")]
@@ -466,6 +528,8 @@ mod tests {
             "--connected-sockets",
             "--log-file=/tmp/d.log",
             "--connected-idle-ms=1500",
+            "--no-sandbox",
+            "--user=daemon",
             "wg0",
         ];
         let matches = Cmd::command().try_get_matches_from(args).unwrap();
@@ -480,6 +544,8 @@ mod tests {
                 "--connected-sockets=on",
                 "--log-file=/tmp/d.log",
                 "--memory-budget=16M",
+                "--no-sandbox=on",
+                "--user=daemon",
             ]
         );
         let given = <Cmd as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
