@@ -16,32 +16,35 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 mod bind_core;
-#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 pub mod connected;
-#[cfg(any(target_vendor = "apple", all(test, target_os = "linux")))]
+#[cfg(any(
+    target_vendor = "apple",
+    all(test, any(target_os = "linux", target_os = "android"))
+))]
 #[cfg_attr(not(target_vendor = "apple"), allow(dead_code))]
 mod darwin;
 mod endpoint;
 mod error;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux;
 pub mod memory;
-#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 mod ports;
-#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 mod stats;
 
-#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 pub use connected::{ConnectedConfig, ConnectedOptions, ConnectedSockets, ConnectedStats};
 #[cfg(target_vendor = "apple")]
 pub use darwin::StdNetBind;
 pub use endpoint::{Endpoint, StickySource};
 pub use error::{err_closed, is_err_closed, ErrUdpGsoDisabled};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub use linux::StdNetBind;
-#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 pub use stats::BindStats;
 
 use std::io;

@@ -67,13 +67,13 @@ impl Stats {
     }
 
     /// Coalesced datagrams of a read that landed one segment per buffer.
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     pub(crate) fn in_place(&self, n: usize) {
         add(&self.gro_in_place, n);
     }
 
     /// Datagrams handed over from an earlier read (no socket call), and drops found there.
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     pub(crate) fn delivered(&self, datagrams: usize, truncated: usize) {
         add(&self.datagrams_received, datagrams);
         add(&self.truncated_drops, truncated);

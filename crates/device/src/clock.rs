@@ -145,11 +145,11 @@ impl<C: Clock> Clock for Arc<C> {
 /// 120/180/540 s key timers expire on time after a resume; std's `Instant` (`CLOCK_MONOTONIC`)
 /// stops during suspend. The daemon uses it; an app embedding a device on a machine that sleeps
 /// passes it with `Options::with_clock`.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BootTimeClock;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 impl Clock for BootTimeClock {
     fn now(&self) -> Instant {
         // A day ahead, as the other clocks here, so that "long ago" (zero) is long ago even on
@@ -163,7 +163,7 @@ impl Clock for BootTimeClock {
 mod tests {
     use super::*;
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn boottime_clock_is_monotonic_and_far_from_zero() {
         let a = BootTimeClock.now();

@@ -8,9 +8,9 @@ use vpn_device::clock::Clock;
 
 /// The clock a new tunnel's device uses.
 pub(crate) fn device_clock() -> Arc<dyn Clock> {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     return Arc::new(vpn_device::clock::BootTimeClock);
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     vpn_device::clock::default_clock()
 }
 

@@ -11,24 +11,30 @@ use vpn_device::{Device, IpcError, Logger, Options};
 pub(crate) struct Tunnel {
     device: Arc<Device>,
     /// The bind the device uses, kept typed for its socket fds.
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     bind: Arc<vpn_conn::StdNetBind>,
     bumps: Bumper,
 }
 
-/// A TUN over the host's fd, its MTU left as the host set it.
-#[cfg(target_os = "linux")]
+/// A TUN over the host's fd, its MTU left as the host set it. On Android without the
+/// rtnetlink listener: an app may not bind a `NETLINK_ROUTE` socket, and `wgTurnOn` brings the
+/// device up itself.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn tun_from_fd(fd: OwnedFd) -> io::Result<Arc<dyn vpn_tun::Device>> {
-    Ok(Arc::new(vpn_tun::LinuxTun::from_fd(fd, 0)?))
+    #[cfg(target_os = "linux")]
+    let tun = vpn_tun::LinuxTun::from_fd(fd, 0)?;
+    #[cfg(target_os = "android")]
+    let tun = vpn_tun::LinuxTun::from_fd_unmonitored(fd)?;
+    Ok(Arc::new(tun))
 }
 
 /// A TUN over the host's fd, its MTU left as the host set it.
-#[cfg(target_os = "macos")]
+#[cfg(target_vendor = "apple")]
 fn tun_from_fd(fd: OwnedFd) -> io::Result<Arc<dyn vpn_tun::Device>> {
     Ok(Arc::new(vpn_tun::DarwinTun::from_fd(fd, 0)?))
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+#[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
 fn tun_from_fd(fd: OwnedFd) -> io::Result<Arc<dyn vpn_tun::Device>> {
     drop(fd);
     Err(io::Error::new(
@@ -95,7 +101,7 @@ impl Tunnel {
         }
         Ok(Tunnel {
             device,
-            #[cfg(target_os = "linux")]
+            #[cfg(any(target_os = "linux", target_os = "android"))]
             bind,
             bumps: Bumper::new(bump::ATTEMPTS, bump::INTERVAL),
         })
@@ -134,13 +140,13 @@ impl Tunnel {
 
     /// The bind's IPv4 (`v6` false) or IPv6 socket fd while the device is up. The bind keeps
     /// ownership; the fd changes at every rebind.
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     pub(crate) fn socket_fd(&self, v6: bool) -> Option<RawFd> {
         self.bind.socket_fds()[usize::from(v6)]
     }
 
     /// Not offered here: the socket accessor exists for the Linux bind (Android's `protect`).
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     pub(crate) fn socket_fd(&self, _v6: bool) -> Option<RawFd> {
         None
     }

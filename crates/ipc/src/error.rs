@@ -111,7 +111,7 @@ mod tests {
         assert_eq!(IpcErrorKind::Io.code(), -5);
         assert_eq!(IpcErrorKind::Invalid.code(), -22);
         assert_eq!(IpcErrorKind::Unknown.code(), -55);
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             assert_eq!(IpcErrorKind::Protocol.code(), -71);
             assert_eq!(IpcErrorKind::PortInUse.code(), -98);

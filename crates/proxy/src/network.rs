@@ -168,7 +168,7 @@ struct HostListener {
 impl HostListener {
     fn bind(addr: SocketAddr) -> io::Result<HostListener> {
         let inner = std::net::TcpListener::bind(addr)?;
-        let kernel_timeout = cfg!(target_os = "linux");
+        let kernel_timeout = cfg!(any(target_os = "linux", target_os = "android"));
         if !kernel_timeout {
             inner.set_nonblocking(true)?;
         }

@@ -9,20 +9,20 @@
 #![forbid(unsafe_code)]
 
 pub mod darwin;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux;
 pub mod memory;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod netns_watch;
 pub mod offload;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 mod shutdown;
 
-#[cfg(target_os = "macos")]
+#[cfg(target_vendor = "apple")]
 pub use darwin::DarwinTun;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub use linux::{LinuxTun, TunStats};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub use netns_watch::NamespaceWatch;
 
 use std::io;

@@ -41,6 +41,11 @@ use crate::{too_many_segments, Device, Event};
 const OFFLOAD_BATCH: usize = 128;
 /// wireguard-go's event channel capacity.
 const EVENT_CAPACITY: usize = 5;
+/// Whether the kernel may hand reads TSO/USO super-packets. Not on Android: their split is
+/// tun-rs's, which has none for Android; a TUN with virtio headers keeps its offload flags
+/// clear there (the kernel segments and checksums before the read), as a plain TUN does.
+/// Writes coalesce (GRO) on either.
+const READ_OFFLOADS: bool = cfg!(target_os = "linux");
 /// The offloads a TUN with virtio headers must take (wireguard-go's `tunTCPOffloads`).
 const TCP_OFFLOADS: libc::c_uint = sys::TUN_F_CSUM | sys::TUN_F_TSO4 | sys::TUN_F_TSO6;
 
@@ -217,7 +222,7 @@ impl LinuxTun {
                 "MTU above 65535",
             ));
         }
-        let fd = if offload {
+        let fd = if offload && READ_OFFLOADS {
             match open_with_offloads(name) {
                 Ok(fd) => fd,
                 Err(e) => {
@@ -264,7 +269,7 @@ impl LinuxTun {
             ));
         }
         let vnet = flags & libc::IFF_VNET_HDR != 0;
-        let uso = if vnet {
+        let uso = if vnet && READ_OFFLOADS {
             sys::set_offload(fd.as_fd(), TCP_OFFLOADS)?;
             sys::set_offload(fd.as_fd(), TCP_OFFLOADS | sys::TUN_F_USO4 | sys::TUN_F_USO6).is_ok()
         } else {

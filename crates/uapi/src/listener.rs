@@ -112,14 +112,14 @@ fn check_listening_stream(listener: &UnixListener) -> io::Result<()> {
 }
 
 /// `SO_ACCEPTCONN`, where the system reports it for Unix sockets (Linux).
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn is_listening(listener: &UnixListener) -> io::Result<bool> {
     use std::os::fd::AsFd;
     Ok(vpn_sys::sockopt::get_int(listener.as_fd(), libc::SOL_SOCKET, libc::SO_ACCEPTCONN)? != 0)
 }
 
 /// Elsewhere an unlistened socket shows itself at the first `accept`.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn is_listening(_: &UnixListener) -> io::Result<bool> {
     Ok(true)
 }
@@ -190,7 +190,7 @@ mod tests {
         fs::remove_file(&p).unwrap();
 
         // Only Linux reports SO_ACCEPTCONN for Unix sockets.
-        if cfg!(target_os = "linux") {
+        if cfg!(any(target_os = "linux", target_os = "android")) {
             let p = scratch("unlistened");
             let s = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
             s.bind(&SockAddr::unix(&p).unwrap()).unwrap();

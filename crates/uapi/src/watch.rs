@@ -19,7 +19,7 @@ pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// One of the ways to wait for a change of the socket path; see the module doc.
 pub(crate) enum SocketWatch {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     Inotify(vpn_sys::daemon::Inotify),
     #[cfg(target_vendor = "apple")]
     Kqueue(vpn_sys::darwin::dirwatch::DirWatch),
@@ -45,7 +45,7 @@ impl SocketWatch {
     /// Blocks until the path may have changed ([`Watch::Events`]) or [`wake`](Self::wake).
     pub(crate) fn wait(&self) -> io::Result<Watch> {
         match self {
-            #[cfg(target_os = "linux")]
+            #[cfg(any(target_os = "linux", target_os = "android"))]
             SocketWatch::Inotify(w) => w.wait(),
             #[cfg(target_vendor = "apple")]
             SocketWatch::Kqueue(w) => w.wait(),
@@ -56,7 +56,7 @@ impl SocketWatch {
     /// Wakes the thread in [`wait`](Self::wait), or the next call to it.
     pub(crate) fn wake(&self) {
         match self {
-            #[cfg(target_os = "linux")]
+            #[cfg(any(target_os = "linux", target_os = "android"))]
             SocketWatch::Inotify(w) => w.wake(),
             #[cfg(target_vendor = "apple")]
             SocketWatch::Kqueue(w) => w.wake(),
@@ -65,7 +65,7 @@ impl SocketWatch {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn os_watch(path: &Path) -> io::Result<SocketWatch> {
     use vpn_sys::daemon::{Inotify, IN_ATTRIB, IN_DELETE, IN_DELETE_SELF};
     Inotify::watch(path, IN_ATTRIB | IN_DELETE | IN_DELETE_SELF).map(SocketWatch::Inotify)
@@ -80,7 +80,7 @@ fn os_watch(path: &Path) -> io::Result<SocketWatch> {
     vpn_sys::darwin::dirwatch::DirWatch::watch(dir).map(SocketWatch::Kqueue)
 }
 
-#[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+#[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
 fn os_watch(_path: &Path) -> io::Result<SocketWatch> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
@@ -153,7 +153,7 @@ mod tests {
         assert_eq!(waiter.join().unwrap(), Watch::Woken);
     }
 
-    #[cfg(any(target_os = "linux", target_vendor = "apple"))]
+    #[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
     #[test]
     fn the_operating_system_watch_is_used_where_there_is_one() {
         let dir = std::env::temp_dir().join(format!("vpn-uapi-watch-{}", std::process::id()));

@@ -19,7 +19,7 @@
 
 pub use vpn_conn::*;
 
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 use std::sync::Arc;
 
 /// The platform's default bind (`conn.NewDefaultBind`): a closed [`StdNetBind`] with its
@@ -39,7 +39,7 @@ use std::sync::Arc;
 /// assert!(!receive_fns.is_empty() && port != 0);
 /// bind.close().unwrap();
 /// ```
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 pub fn new_default_bind() -> Arc<StdNetBind> {
     Arc::new(StdNetBind::new())
 }

@@ -25,17 +25,17 @@
 
 pub use vpn_tun::*;
 
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 use std::{io, os::fd::OwnedFd, sync::Arc};
 
 /// The platform's TUN (wireguard-go's `NativeTun`): [`LinuxTun`] on Linux (virtio-net offloads
 /// where the kernel has them), `DarwinTun` (utun) on macOS.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub type NativeTun = vpn_tun::LinuxTun;
 
 /// The platform's TUN (wireguard-go's `NativeTun`): `LinuxTun` on Linux (virtio-net offloads
 /// where the kernel has them), [`DarwinTun`] (utun) on macOS.
-#[cfg(target_os = "macos")]
+#[cfg(target_vendor = "apple")]
 pub type NativeTun = vpn_tun::DarwinTun;
 
 /// Creates the TUN interface `name` and sets its MTU (`tun.CreateTUN`); 0 leaves the MTU as
@@ -55,7 +55,7 @@ pub type NativeTun = vpn_tun::DarwinTun;
 /// # Ok(())
 /// # }
 /// ```
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 pub fn create_tun(name: &str, mtu: u32) -> io::Result<Arc<NativeTun>> {
     NativeTun::create(name, mtu).map(Arc::new)
 }
@@ -78,12 +78,12 @@ pub fn create_tun(name: &str, mtu: u32) -> io::Result<Arc<NativeTun>> {
 /// # Ok(())
 /// # }
 /// ```
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 pub fn create_tun_from_file(fd: OwnedFd, mtu: u32) -> io::Result<Arc<NativeTun>> {
     NativeTun::from_fd(fd, mtu).map(Arc::new)
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use super::*;
 

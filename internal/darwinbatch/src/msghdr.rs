@@ -7,7 +7,6 @@
 //! 64-bit host, where the simulated kernel uses the struct.
 
 use core::ffi::{c_int, c_void};
-use core::mem::{offset_of, size_of};
 use core::ptr;
 
 /// `struct iovec`: one buffer of a message.
@@ -95,6 +94,7 @@ impl MsgHdrX {
 
 #[cfg(target_pointer_width = "64")]
 const _: () = {
+    use core::mem::{offset_of, size_of};
     assert!(size_of::<MsgHdrX>() == 56);
     assert!(offset_of!(MsgHdrX, name) == 0);
     assert!(offset_of!(MsgHdrX, namelen) == 8);
@@ -112,6 +112,7 @@ const _: () = {
 // On Apple targets the iovec must also match the SDK's.
 #[cfg(target_vendor = "apple")]
 const _: () = {
+    use core::mem::{offset_of, size_of};
     assert!(size_of::<IoVec>() == size_of::<libc::iovec>());
     assert!(offset_of!(IoVec, base) == offset_of!(libc::iovec, iov_base));
     assert!(offset_of!(IoVec, len) == offset_of!(libc::iovec, iov_len));

@@ -6,18 +6,18 @@
 //! Each function is a thin, safe wrapper around one or two system calls; the `unsafe` blocks
 //! only pass pointers to locals or to NUL-terminated strings that outlive the call.
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::os::unix::ffi::OsStrExt;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::path::Path;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::time::Duration;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 /// Time since boot including time spent suspended (`CLOCK_BOOTTIME`): the protocol's key
 /// lifetimes must keep running while the machine sleeps.
 pub fn boottime() -> Duration {
@@ -60,16 +60,16 @@ pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     out
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 /// inotify: the inode was modified in its metadata (link count drops on unlink).
 pub const IN_ATTRIB: u32 = libc::IN_ATTRIB;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 /// inotify: a file in a watched directory was deleted.
 pub const IN_DELETE: u32 = libc::IN_DELETE;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 /// inotify: the watched file itself was deleted.
 pub const IN_DELETE_SELF: u32 = libc::IN_DELETE_SELF;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 /// inotify: the watch was removed (the file is gone or the watch was dropped).
 pub const IN_IGNORED: u32 = libc::IN_IGNORED;
 
@@ -82,7 +82,7 @@ pub enum Watch {
     Woken,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 /// An inotify instance watching one path, with an eventfd so another thread can wake a
 /// waiter promptly (closing an fd does not wake a thread blocked on it).
 pub struct Inotify {
@@ -90,7 +90,7 @@ pub struct Inotify {
     wake: crate::poll::EventFd,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 impl Inotify {
     /// Watches `path` for the events in `mask` (e.g. `IN_ATTRIB | IN_DELETE_SELF`).
     pub fn watch(path: &Path, mask: u32) -> io::Result<Inotify> {
@@ -159,7 +159,7 @@ impl Inotify {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 /// The union of the masks of the `struct inotify_event` records in `buf` (wd i32, mask u32,
 /// cookie u32, len u32, then `len` bytes of name).
 fn parse_event_masks(buf: &[u8]) -> u32 {
@@ -272,10 +272,10 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::net::UnixStream;
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     use std::time::Duration;
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn boottime_moves_forward_and_is_at_least_monotonic() {
         let a = boottime();
@@ -317,7 +317,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn inotify_reports_delete_and_wakes() {
         let dir = std::env::temp_dir().join(format!("vpn-sys-inotify-{}", std::process::id()));
@@ -340,7 +340,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn event_parsing_is_bounded() {
         let mut buf = Vec::new();

@@ -16,37 +16,41 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod abi;
 #[cfg(target_os = "linux")]
 pub mod cleaner;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod cmsg;
 #[cfg(unix)]
 pub mod daemon;
 #[cfg(target_vendor = "apple")]
 pub mod darwin;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod mmsg;
-#[cfg(any(target_os = "linux", target_vendor = "apple"))]
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
 pub mod poll;
-#[cfg(all(feature = "posix-kernel", target_os = "linux"))]
+#[cfg(all(
+    feature = "posix-kernel",
+    any(target_os = "linux", target_os = "android")
+))]
 pub mod posix_kernel;
 #[cfg(target_os = "linux")]
 pub mod privileges;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod route_events;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod sched;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod sockaddr;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod sockopt;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 mod syscall_names;
-#[cfg(target_os = "linux")]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod tun;

@@ -9,17 +9,17 @@
 //! inotify watch all wait in it.
 
 use std::io;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 /// A non-blocking eventfd, the Linux wake descriptor for [`poll_or_wake`]. Once signalled it
 /// stays readable (every waiter wakes) until [`reset`](Self::reset).
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[derive(Debug)]
 pub struct EventFd(OwnedFd);
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 impl EventFd {
     /// A new eventfd, not signalled, non-blocking and close-on-exec.
     pub fn new() -> io::Result<Self> {
@@ -57,7 +57,7 @@ impl EventFd {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 impl AsFd for EventFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
@@ -131,7 +131,7 @@ mod tests {
         poll_ready(b.as_raw_fd(), libc::POLLIN).unwrap();
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn an_eventfd_wakes_every_wait_until_reset() {
         let (_a, b) = UnixStream::pair().unwrap();

@@ -96,10 +96,10 @@ pub struct RouteEvents {
 impl RouteEvents {
     /// Subscribes; each [`wait`](Self::wait) returns after at most `timeout`.
     pub fn subscribe(timeout: Duration) -> io::Result<RouteEvents> {
-        let groups = (libc::RTMGRP_IPV4_ROUTE
-            | libc::RTMGRP_IPV6_ROUTE
-            | libc::RTMGRP_IPV4_IFADDR
-            | libc::RTMGRP_IPV6_IFADDR) as u32;
+        let groups = (crate::abi::RTMGRP_IPV4_ROUTE
+            | crate::abi::RTMGRP_IPV6_ROUTE
+            | crate::abi::RTMGRP_IPV4_IFADDR
+            | crate::abi::RTMGRP_IPV6_IFADDR) as u32;
         Ok(RouteEvents {
             fd: netlink_socket(groups, Some(timeout))?,
             buf: vec![0; 64 * 1024],

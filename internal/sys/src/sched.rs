@@ -12,7 +12,7 @@ pub fn set_batch(batch: bool) -> io::Result<()> {
     let policy = if batch {
         libc::SCHED_BATCH
     } else {
-        libc::SCHED_OTHER
+        crate::abi::SCHED_OTHER
     };
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid, initialized sched_param that outlives the call; pid 0 is the
@@ -43,14 +43,14 @@ mod tests {
     #[test]
     fn a_thread_switches_to_batch_and_back() {
         std::thread::spawn(|| {
-            assert_eq!(policy().unwrap(), libc::SCHED_OTHER);
+            assert_eq!(policy().unwrap(), crate::abi::SCHED_OTHER);
             set_batch(true).unwrap();
             assert_eq!(policy().unwrap(), libc::SCHED_BATCH);
             // A thread it starts inherits the policy (so its user must set it explicitly).
             let child = std::thread::spawn(|| policy().unwrap()).join().unwrap();
             assert_eq!(child, libc::SCHED_BATCH, "inherited by a new thread");
             set_batch(false).unwrap();
-            assert_eq!(policy().unwrap(), libc::SCHED_OTHER);
+            assert_eq!(policy().unwrap(), crate::abi::SCHED_OTHER);
         })
         .join()
         .unwrap();

@@ -80,7 +80,8 @@ pub fn kernel_version() -> Option<(u32, u32)> {
         .release
         .iter()
         .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
+        // c_char is i8 or u8 by architecture; its byte either way.
+        .flat_map(|&c| c.to_ne_bytes())
         .collect();
     parse_kernel_release(std::str::from_utf8(&bytes).ok()?)
 }

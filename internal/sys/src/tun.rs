@@ -166,7 +166,7 @@ impl ControlSocket {
     fn ioctl(
         &self,
         name: &str,
-        req: libc::Ioctl,
+        req: libc::c_ulong,
         set: Option<libc::c_int>,
     ) -> io::Result<libc::ifreq> {
         let mut ifr = ifreq_named(name)?;
@@ -229,7 +229,7 @@ pub fn netlink_link_socket() -> io::Result<OwnedFd> {
     // SAFETY: sockaddr_nl is plain old data; all-zero is valid.
     let mut sa: libc::sockaddr_nl = unsafe { mem::zeroed() };
     sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    sa.nl_groups = libc::RTMGRP_LINK as u32;
+    sa.nl_groups = crate::abi::RTMGRP_LINK as u32;
     // SAFETY: sa is a valid sockaddr_nl and its size is passed.
     cvt(unsafe {
         libc::bind(

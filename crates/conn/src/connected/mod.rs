@@ -25,14 +25,14 @@ mod options;
 #[cfg(target_vendor = "apple")]
 #[path = "darwin.rs"]
 mod os;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[path = "linux.rs"]
 mod os;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod reader;
 pub(crate) mod slots;
 mod sock;
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests;
 
 pub use check::connected_delivery_check;
@@ -638,7 +638,9 @@ impl Inner {
             Some(libc::ECONNREFUSED) => Ok(()),
             // The source address (or its route) went away: drop the socket so the next send
             // redials, past the threshold it had already crossed.
-            Some(errno) if is_lost_source(errno, cfg!(target_os = "linux")) => {
+            Some(errno)
+                if is_lost_source(errno, cfg!(any(target_os = "linux", target_os = "android"))) =>
+            {
                 self.remove(pair);
                 let mut st = self.state.lock();
                 st.pending.insert(pair.key, self.cfg.open_after);

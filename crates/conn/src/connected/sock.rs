@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::{os, Control, Key};
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 pub(super) use os::PAIR_RECV_BUFFER;
 
 fn domain_of(ip: IpAddr) -> Domain {

@@ -232,7 +232,7 @@ impl PairReader {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use super::*;
     use crate::darwin::io::{shared_endpoint, Receiver, MAX_DATAGRAM};

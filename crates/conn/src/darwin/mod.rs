@@ -7,7 +7,7 @@
 mod bind;
 pub(crate) mod family;
 pub(crate) mod io;
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests;
 
 pub use bind::StdNetBind;

@@ -9,6 +9,10 @@ use vpn_sys::sockopt::{self, SO_RCVBUFFORCE, SO_SNDBUFFORCE, UDP_GRO, UDP_SEGMEN
 
 use crate::ports::{wildcard, SOCKET_BUFFER_SIZE};
 
+/// Whether the sockets ask for each datagram's local address and interface (`IP_PKTINFO`,
+/// `IPV6_RECVPKTINFO`).
+pub(super) const STICKY_SOURCE: bool = !cfg!(target_os = "android");
+
 /// A bound socket and the offloads the kernel confirmed for it.
 pub(super) struct Listener {
     pub sock: Socket,
@@ -39,10 +43,13 @@ pub(super) fn listen(
     let size = SOCKET_BUFFER_SIZE as libc::c_int;
     let _ = sockopt::set_int(fd, libc::SOL_SOCKET, SO_RCVBUFFORCE, size);
     let _ = sockopt::set_int(fd, libc::SOL_SOCKET, SO_SNDBUFFORCE, size);
-    // Sticky source: the local address and interface of every datagram.
-    if v6 {
+    // Sticky source: the local address and interface of every datagram. Not on Android, where
+    // wireguard-go does not ask for it either: the phone moves between networks under the app,
+    // and the kernel's routing picks the source for each send. Received datagrams then carry
+    // no packet info, so endpoints have no source and sends name none.
+    if STICKY_SOURCE && v6 {
         sockopt::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
-    } else {
+    } else if STICKY_SOURCE {
         sockopt::set_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
     }
     // GRO before 5.12 cannot report segment sizes reliably: leave it off there (`docs/bind.md`).

@@ -310,7 +310,11 @@ impl Bind for StdNetBind {
         st.v6 = v6.map(|l| family(l, true));
         st.open = true;
         st.connected = self.new_connected(port);
-        self.sources.get_or_init(SourceCheck::start);
+        // Without sticky sources (Android) there is nothing to re-check, and no rtnetlink
+        // subscription to open.
+        if listen::STICKY_SOURCE {
+            self.sources.get_or_init(SourceCheck::start);
+        }
         let mut fns: Vec<ReceiveFunc> = Vec::with_capacity(2);
         for fam in st.families() {
             let mut reader =

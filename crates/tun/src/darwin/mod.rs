@@ -9,16 +9,16 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 pub(crate) mod frame;
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 mod io;
 pub mod route;
 
-#[cfg(target_os = "macos")]
+#[cfg(target_vendor = "apple")]
 mod device;
 #[cfg(test)]
 mod tests;
 
-#[cfg(target_os = "macos")]
+#[cfg(target_vendor = "apple")]
 pub use device::DarwinTun;

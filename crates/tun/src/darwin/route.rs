@@ -4,10 +4,10 @@
 //! The parser is portable (it reads `struct if_msghdr` at fixed offsets, which the macOS
 //! build checks against the SDK's layout) and fuzzed (`fuzz/fuzz_targets/tun_route.rs`).
 
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 use std::io;
 
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 use crate::Event;
 
 /// `RTM_VERSION`.
@@ -15,7 +15,7 @@ const RTM_VERSION: u8 = 5;
 /// `RTM_IFINFO`.
 const RTM_IFINFO: u8 = 0xe;
 /// `IFF_UP`.
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 const IFF_UP: u32 = 0x1;
 /// Field offsets in `struct if_msghdr`: msglen, version, type, flags, index, ifm_data.ifi_mtu.
 pub const IF_MSGHDR_OFFSETS: [usize; 6] = [0, 2, 3, 8, 12, 24];
@@ -61,7 +61,7 @@ pub fn parse_ifinfo(msg: &[u8]) -> Option<IfInfo> {
     })
 }
 
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 /// Calls `f` again while it fails with ENOMEM, at most [`ENOMEM_RETRIES`] more times.
 pub(crate) fn retry_enomem<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     let mut tries = 0;
@@ -75,7 +75,7 @@ pub(crate) fn retry_enomem<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Resul
     }
 }
 
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 /// The listener's memory of our interface: whether it was up and its last MTU.
 #[derive(Debug)]
 pub(crate) struct RouteWatch {
@@ -84,7 +84,7 @@ pub(crate) struct RouteWatch {
     mtu: u32,
 }
 
-#[cfg(any(target_os = "macos", test))]
+#[cfg(any(target_vendor = "apple", test))]
 impl RouteWatch {
     pub(crate) fn new(index: u32, up: bool, mtu: u32) -> RouteWatch {
         RouteWatch { index, up, mtu }

@@ -10,7 +10,7 @@
 
 pub mod checksum;
 pub mod gro;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod split;
 #[cfg(test)]
 pub(crate) mod testpkt;
@@ -40,7 +40,7 @@ pub(crate) const IPPROTO_TCP: u8 = 6;
 pub(crate) const IPPROTO_UDP: u8 = 17;
 pub(crate) const TCP_FLAGS_OFFSET: usize = 13;
 /// Only the split (Linux) clears FIN; GRO never merges a FIN segment by its flag rules.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) const TCP_FLAG_FIN: u8 = 0x01;
 pub(crate) const TCP_FLAG_PSH: u8 = 0x08;
 pub(crate) const TCP_FLAG_ACK: u8 = 0x10;

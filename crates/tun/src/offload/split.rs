@@ -181,21 +181,61 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
             pkt[csum_start + TCP_FLAGS_OFFSET] &= !(TCP_FLAG_FIN | TCP_FLAG_PSH);
         }
     }
-    let tun_hdr = tun_rs::VirtioNetHdr {
-        flags: hdr.flags,
-        gso_type: hdr.gso_type,
-        // layout() checked that it fits.
-        hdr_len: hdr_len as u16,
-        gso_size: hdr.gso_size,
-        csum_start: hdr.csum_start,
-        csum_offset: hdr.csum_offset,
-    };
-    let packets = tun_rs::gso_split(&mut pkt[..len], tun_hdr, bufs, sizes, offset, v6)?;
+    // layout() checked that hdr_len fits a u16.
+    let packets = segment(
+        &mut pkt[..len],
+        &hdr,
+        hdr_len as u16,
+        bufs,
+        sizes,
+        offset,
+        v6,
+    )?;
     Ok(Split {
         packets,
         segmented: true,
         truncated,
     })
+}
+
+/// The segmentation of a super-packet (its header length recomputed): tun-rs's `gso_split`.
+#[cfg(target_os = "linux")]
+fn segment<B: AsRef<[u8]> + AsMut<[u8]>>(
+    pkt: &mut [u8],
+    hdr: &VirtioHdr,
+    hdr_len: u16,
+    bufs: &mut [B],
+    sizes: &mut [usize],
+    offset: usize,
+    v6: bool,
+) -> io::Result<usize> {
+    let tun_hdr = tun_rs::VirtioNetHdr {
+        flags: hdr.flags,
+        gso_type: hdr.gso_type,
+        hdr_len,
+        gso_size: hdr.gso_size,
+        csum_start: hdr.csum_start,
+        csum_offset: hdr.csum_offset,
+    };
+    tun_rs::gso_split(pkt, tun_hdr, bufs, sizes, offset, v6)
+}
+
+/// tun-rs has no `gso_split` for Android, so an Android TUN never asks the kernel for
+/// super-packets (`LinuxTun` keeps its read offloads off there): one that comes anyway is
+/// refused, not split.
+#[cfg(target_os = "android")]
+fn segment<B>(
+    _pkt: &mut [u8],
+    _hdr: &VirtioHdr,
+    _hdr_len: u16,
+    _bufs: &mut [B],
+    _sizes: &mut [usize],
+    _offset: usize,
+    _v6: bool,
+) -> io::Result<usize> {
+    Err(invalid(
+        "a GSO super-packet from a TUN without read offloads",
+    ))
 }
 
 /// Completes a CHECKSUM_PARTIAL packet: the field at `start + off` holds the pseudo-header sum;

@@ -8,7 +8,7 @@ pub mod clock;
 pub mod dirwatch;
 pub mod fd;
 pub mod iface;
-#[cfg(target_os = "macos")]
+#[cfg(target_vendor = "apple")]
 pub mod utun;
 
 use std::io;
