@@ -3,7 +3,8 @@
 //! (`offload::split::split_frame`), on the batch shapes a bulk transfer makes.
 //!
 //! GRO: 64 segments of 1400 payload bytes of one TCP flow (IPv4, IPv6; checksums trusted, as
-//! `LinuxTun` runs it, and verified, `GroTable`'s default), 64 UDP datagrams of one flow, and 64
+//! `LinuxTun` runs it, and verified, `GroTable`'s default; IPv4 with the timestamp option Linux
+//! sends, whose options GRO compares), 64 UDP datagrams of one flow, and 64
 //! TCP segments of 64 different flows (nothing merges: the flow scan's worst case). Each
 //! iteration coalesces a fresh copy of the batch (GRO rewrites the heads' headers); the copy is
 //! made outside the timed part. Split: one 64 KiB TSO/USO super-packet into 1400-byte segments,
@@ -41,11 +42,10 @@ fn sum(data: &[u8], seed: u32) -> u16 {
     s as u16
 }
 
-/// An IPv4 or IPv6 packet of `proto` from `src` to `dst` (last address byte) carrying a TCP
-/// header (ACK, sequence `seq`, ports `sport` -> 5201) or a UDP header, then `len` payload
-/// bytes, with valid checksums.
-fn packet(v6: bool, proto: u8, sport: u16, seq: u32, len: usize) -> Vec<u8> {
-    let l4 = if proto == TCP { 20 } else { 8 } + len;
+/// An IPv4 or IPv6 packet of `proto` carrying a TCP header (ACK, sequence `seq`, ports `sport`
+/// -> 5201, options `opts`) or a UDP header, then `len` payload bytes, with valid checksums.
+fn packet_with(v6: bool, proto: u8, sport: u16, seq: u32, len: usize, opts: &[u8]) -> Vec<u8> {
+    let l4 = if proto == TCP { 20 + opts.len() } else { 8 } + len;
     let mut p = Vec::with_capacity(60 + len);
     let (src, dst): (Vec<u8>, Vec<u8>) = if v6 {
         let a = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
@@ -76,7 +76,9 @@ fn packet(v6: bool, proto: u8, sport: u16, seq: u32, len: usize) -> Vec<u8> {
     if proto == TCP {
         p.extend_from_slice(&seq.to_be_bytes());
         p.extend_from_slice(&1u32.to_be_bytes());
-        p.extend_from_slice(&[5 << 4, ACK, 0xff, 0xff, 0, 0, 0, 0]);
+        let doff = (5 + opts.len() / 4) as u8;
+        p.extend_from_slice(&[doff << 4, ACK, 0xff, 0xff, 0, 0, 0, 0]);
+        p.extend_from_slice(opts);
     } else {
         p.extend_from_slice(&(l4 as u16).to_be_bytes());
         p.extend_from_slice(&[0, 0]);
@@ -92,6 +94,13 @@ fn packet(v6: bool, proto: u8, sport: u16, seq: u32, len: usize) -> Vec<u8> {
     p[at..at + 2].copy_from_slice(&c.to_be_bytes());
     p
 }
+
+fn packet(v6: bool, proto: u8, sport: u16, seq: u32, len: usize) -> Vec<u8> {
+    packet_with(v6, proto, sport, seq, len, &[])
+}
+
+/// TCP timestamps (NOP, NOP, kind 8): what Linux puts on every segment by default.
+const TIMESTAMPS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0x12, 0x34, 0, 0, 0x56, 0x78];
 
 /// Buffers holding `pkts` at `OFF`, each with room for its own packet only.
 fn batch(pkts: &[Vec<u8>]) -> (Vec<Vec<u8>>, Vec<usize>) {
@@ -139,6 +148,10 @@ fn gro(c: &mut Criterion) {
     gro_case(c, "gro/tcp4_64x1400", &stream(false), false, false);
     gro_case(c, "gro/tcp6_64x1400", &stream(true), false, false);
     gro_case(c, "gro/tcp4_64x1400_verify", &stream(false), false, true);
+    let ts: Vec<_> = (0..BATCH)
+        .map(|i| packet_with(false, TCP, 40000, 1 + (i * MSS) as u32, MSS, &TIMESTAMPS))
+        .collect();
+    gro_case(c, "gro/tcp4_64x1400_timestamps", &ts, false, false);
     let udp: Vec<_> = (0..BATCH)
         .map(|_| packet(false, UDP, 40000, 0, MSS))
         .collect();
