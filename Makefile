@@ -5,7 +5,7 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 FUZZ_SECONDS ?= 10
 
 .PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin ffi-darwin apple \
-	bench bench-hub bench-netstack bench-android fuzz-smoke netns-connected clean
+	bench bench-hub bench-netstack soak bench-android fuzz-smoke netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-hub     one device with 100 000 peers: configure, memory, wg show, handshakes/s"
 	@echo "make bench-netstack (root) vpn forward vs onetun 0.3.10 vs the TUN tunnel, same run"
 	@echo "make bench-android (root) the Android backend from a JVM: throughput and memory per packet-memory budget"
+	@echo "make soak          (root) SOAK_SECONDS (1200) of TCP, UDP and ping through a tunnel under rekeys, churn, roaming"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
 
 build:
@@ -95,6 +96,17 @@ bench-netstack:
 bench-android:
 	$(CARGO) build --release -p vpn-cli -p vpn-jni
 	bash netns-tests/bench_android.sh $${CARGO_TARGET_DIR:-target}/release/libwg_go.so $${CARGO_TARGET_DIR:-target}/release/vpn
+
+# (root) The soak: SOAK_SECONDS of TCP, UDP and ping through one tunnel while keys rotate, peers
+# come and go through UAPI, the endpoint roams and UDP floods it, beside an idle tunnel; every
+# daemon's RSS, descriptors, threads and packet memory sampled every 10 s and checked for a
+# trend (netns-tests/soak.sh; figures in docs/performance.md). SOAK_PROFILE=debug runs the
+# debug build (CI's 2-minute run).
+SOAK_SECONDS ?= 1200
+SOAK_PROFILE ?= release
+soak:
+	$(CARGO) build $(if $(filter release,$(SOAK_PROFILE)),--release) -p vpn-cli
+	SOAK_SECONDS=$(SOAK_SECONDS) bash netns-tests/soak.sh $${CARGO_TARGET_DIR:-target}/$(SOAK_PROFILE)/vpn
 
 fuzz-smoke:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/smoke.sh

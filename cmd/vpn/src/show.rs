@@ -268,7 +268,8 @@ fn format_sandbox(st: &Statistics) -> String {
         };
         let _ = writeln!(
             s,
-            "  packet memory: {} allocated, peak {}, {cap}, {} waits",
+            "  packet memory: {} in use, {} allocated, peak {}, {cap}, {} waits",
+            bytes(g("memory.in_use")),
             bytes(g("memory.allocated")),
             bytes(g("memory.peak")),
             g("memory.waits")
@@ -534,12 +535,12 @@ mod tests {
 
     #[test]
     fn memory_and_sandbox_lines() {
-        let body = "memory.budget=33554432\nmemory.allocated=1048576\nmemory.peak=2097152\n\
+        let body = "memory.budget=33554432\nmemory.allocated=1048576\nmemory.in_use=65536\nmemory.peak=2097152\n\
                     memory.waits=0\nsandbox.uid=65534\nsandbox.gid=65534\nsandbox.capabilities=5120\n\
                     sandbox.no_new_privs=1\nsandbox.seccomp_calls=70\nsandbox.landlock=3\n";
         assert_eq!(
             format_sandbox(&body.parse().unwrap()),
-            "  packet memory: 1.00 MiB allocated, peak 2.00 MiB, cap 32.00 MiB, 0 waits\n\
+            "  packet memory: 64.00 KiB in use, 1.00 MiB allocated, peak 2.00 MiB, cap 32.00 MiB, 0 waits\n\
              sandbox:\n  user: uid 65534 gid 65534, no_new_privs\n\
              \x20 capabilities: CAP_NET_BIND_SERVICE, CAP_NET_ADMIN\n\
              \x20 seccomp: 70 system calls allowed\n  landlock: enforced\n"

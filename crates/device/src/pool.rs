@@ -174,6 +174,8 @@ pub struct MemoryUse {
     pub budget: usize,
     /// Bytes allocated now (free and handed-out slabs, copies of staged packets).
     pub allocated: usize,
+    /// Of those, bytes handed out now (not free slabs kept for reuse).
+    pub in_use: usize,
     /// The most bytes allocated at once so far.
     pub peak: usize,
     /// Times a reader waited for memory (the cap was reached).
@@ -236,6 +238,7 @@ impl Pool {
         MemoryUse {
             budget: self.max(),
             allocated: f.allocated,
+            in_use: f.allocated - f.slabs.iter().map(|s| s.len()).sum::<usize>(),
             peak: f.peak,
             waits: self.waits.load(Ordering::Relaxed),
         }
@@ -698,12 +701,16 @@ mod tests {
         let pool = Pool::new(l.len());
         let _a = pool.take(l.len());
         pool.set_floor(2 * l.len());
-        let _b = pool.take(l.len());
+        let b = pool.take(l.len());
         let m = pool.memory_use();
         assert_eq!(
-            (m.budget, m.allocated, m.peak, m.waits),
-            (2 * l.len(), 2 * l.len(), 2 * l.len(), 0)
+            (m.budget, m.allocated, m.in_use, m.peak, m.waits),
+            (2 * l.len(), 2 * l.len(), 2 * l.len(), 2 * l.len(), 0)
         );
+        // A slab given back stays allocated for reuse but is no longer in use.
+        pool.put(b);
+        let m = pool.memory_use();
+        assert_eq!((m.allocated, m.in_use), (2 * l.len(), l.len()));
     }
 
     #[test]

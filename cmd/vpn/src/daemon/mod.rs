@@ -330,6 +330,7 @@ fn stats_fn(
                 [
                     ("budget", m.budget as u64),
                     ("allocated", m.allocated as u64),
+                    ("in_use", m.in_use as u64),
                     ("peak", m.peak as u64),
                     ("waits", m.waits),
                 ],
