@@ -2,7 +2,7 @@
 # The soak (`make soak`, SOAK_SECONDS, 1200 by default; CI runs 120): one tunnel carrying TCP,
 # UDP and ping for the whole run while its keys rotate on their own schedule (REKEY_AFTER_TIME,
 # 120 s), peers are added and removed through UAPI every 3 s, A's endpoint roams (its listen
-# port moves every 30 s, and B follows), UDP floods of 5 s every 60 s, and a second tunnel
+# port moves every 30 s, and B follows), UDP floods of 5 s (at 20 s, then every 60 s), and a second tunnel
 # idles with keepalives beside it. All four daemons run as they do by default: unprivileged,
 # under seccomp and Landlock. Every 10 s it samples each daemon's RSS, descriptors, threads
 # and packet memory in use (the private `stats=1` request); at the end soak_report.py fails
@@ -34,6 +34,7 @@ echo "== soak: $SECS s with $VPN; samples and logs in $OUT"
 # unlimited UDP.
 TCP_RATE=100M
 UDP_RATE=20M
+FLOOD_FIRST=20
 FLOOD_EVERY=60
 FLOOD_SECS=5
 ROAM_EVERY=30
@@ -115,7 +116,7 @@ echo "t,daemon,rss_kib,fds,threads,packet_bytes" >"$OUT/samples.csv"
 # Churn: every CHURN_EVERY s five peers added (allowed IPs and an endpoint each) and the five
 # of the round before removed, on A; roaming every ROAM_EVERY s; floods every FLOOD_EVERY s.
 churn_round=0; prev=(); port=51820
-next_sample=0; next_churn=$CHURN_EVERY; next_roam=$ROAM_EVERY; next_flood=$FLOOD_EVERY
+next_sample=0; next_churn=$CHURN_EVERY; next_roam=$ROAM_EVERY; next_flood=$FLOOD_FIRST
 while :; do
     now=$(awk -v t0="$T0" -v now="$(date +%s.%N)" 'BEGIN { printf "%d", now - t0 }')
     [ "$now" -ge "$SECS" ] && break
