@@ -5,6 +5,7 @@ DARWIN_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 FUZZ_SECONDS ?= 10
 
 .PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin ffi-darwin apple \
+	android-tools check-android android ios-tools ffi-ios \
 	bench bench-hub bench-netstack soak bench-android fuzz-smoke netns-connected clean
 
 help:
@@ -17,7 +18,12 @@ help:
 	@echo "make darwin        link vpn as Mach-O for $(DARWIN_TARGETS) and check the binaries"
 	@echo "make check-darwin  clippy every macOS crate for $(DARWIN_TARGETS), SPI on and off"
 	@echo "make ffi-darwin    the C ABI's libraries for $(DARWIN_TARGETS), exports checked"
-	@echo "make apple         (macOS) WireGuardFFI.xcframework for the network extension"
+	@echo "make apple         (macOS) WireGuardFFI.xcframework: macOS, iOS and iOS simulator"
+	@echo "make android-tools install zig, llvm-readelf/llvm-nm and the Android Rust targets"
+	@echo "make check-android clippy every crate libwg-go.so and the C ABI need, 3 Android targets"
+	@echo "make android       link libwg-go.so (crates/jni) for arm64-v8a, armeabi-v7a, x86_64 with zig"
+	@echo "make ios-tools     install zig, cargo-zigbuild, llvm-nm and the iOS Rust targets"
+	@echo "make ffi-ios       the C ABI's static library for iOS and its simulator, exports checked"
 	@echo "make bench         benchmarks (criterion)"
 	@echo "make bench-hub     one device with 100 000 peers: configure, memory, wg show, handshakes/s"
 	@echo "make bench-netstack (root) vpn forward vs onetun 0.3.10 vs the TUN tunnel, same run"
@@ -70,8 +76,28 @@ check-darwin: darwin-tools
 ffi-darwin: darwin-tools
 	bash scripts/ffi-darwin.sh
 
-# On a Mac: the universal static library and header as WireGuardFFI.xcframework
-# (docs/embedding.md). APPSTORE=1 leaves out the private batch calls.
+# Android from Linux (scripts/android-env.sh): zig, llvm-readelf/llvm-nm and the three Android
+# Rust targets; clippy for every crate libwg-go.so and the C ABI need; libwg-go.so linked with
+# zig and checked.
+android-tools:
+	bash scripts/darwin-tools.sh android
+
+check-android: android-tools
+	bash scripts/check-android.sh
+
+android: android-tools
+	bash scripts/android-link.sh
+
+# iOS from Linux: zig, cargo-zigbuild, llvm-nm and the iOS Rust targets; the C ABI's static
+# library for iOS and its simulator, every wg* export checked.
+ios-tools:
+	bash scripts/darwin-tools.sh ios
+
+ffi-ios: ios-tools
+	bash scripts/ffi-ios.sh
+
+# On a Mac: the universal static library and header as WireGuardFFI.xcframework (macOS, iOS
+# and the iOS simulator; docs/embedding.md). APPSTORE=1 leaves out the private batch calls.
 apple:
 	bash scripts/apple-xcframework.sh
 

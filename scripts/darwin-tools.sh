@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# Installs, idempotently, what linking Mach-O binaries on Linux needs (`make darwin-tools`):
-#   - zig, the C compiler and Mach-O linker, from PyPI (`ziglang`, run as `python3 -m ziglang`);
-#   - cargo-zigbuild from crates.io, which points cargo's linker and the cc crate at zig;
-#   - llvm-nm (Debian's `llvm`) to list a binary's undefined symbols, and `file`;
-#   - the two darwin Rust targets (rustup).
+# Installs, idempotently, what building for other systems on Linux needs (`make darwin-tools`,
+# `make android-tools`, `make ios-tools`):
+#   - zig, the C compiler and the Mach-O and ELF linker, from PyPI (`ziglang`, run as
+#     `python3 -m ziglang`);
+#   - cargo-zigbuild from crates.io, which points cargo's linker and the cc crate at zig (for
+#     the Apple targets; the Android ones use scripts/android-zig.sh);
+#   - llvm-nm, llvm-readelf and llvm-objdump (Debian's `llvm`) to read binaries, and `file`;
+#   - the Rust targets (rustup) of the systems named as arguments: darwin (the default),
+#     android, ios.
 # Versions are pinned so that a CI run links with what was tested. A tool already present at the
 # pinned version is left alone; nothing is downloaded then.
 set -euo pipefail
 
 ZIG_VERSION=${ZIG_VERSION:-0.15.2}
 ZIGBUILD_VERSION=${ZIGBUILD_VERSION:-0.24.1}
-TARGETS=(aarch64-apple-darwin x86_64-apple-darwin)
+TARGETS=()
+for system in "${@:-darwin}"; do
+    case $system in
+        darwin) TARGETS+=(aarch64-apple-darwin x86_64-apple-darwin) ;;
+        android) TARGETS+=(aarch64-linux-android armv7-linux-androideabi x86_64-linux-android) ;;
+        ios) TARGETS+=(aarch64-apple-ios aarch64-apple-ios-sim) ;;
+        *) echo "darwin-tools: unknown system '$system' (darwin, android, ios)"; exit 2 ;;
+    esac
+done
 
 say() { echo "darwin-tools: $*"; }
 
@@ -45,13 +57,25 @@ else
     say "cargo-zigbuild $ZIGBUILD_VERSION installed"
 fi
 
-# --- llvm-nm and file (Debian) ----------------------------------------------------------
-command -v llvm-nm >/dev/null 2>&1 || apt_install llvm
+# --- llvm-nm, llvm-readelf, llvm-objdump and file (Debian) -----------------------------------
+for t in llvm-nm llvm-readelf llvm-objdump; do
+    command -v "$t" >/dev/null 2>&1 || { apt_install llvm; break; }
+done
 command -v file >/dev/null 2>&1 || apt_install file
 say "$(llvm-nm --version | grep -m1 -i version | sed 's/^ *//'), $(file --version | head -1)"
 
 # --- Rust targets (rustup) --------------------------------------------------------------
+installed=()
 for t in "${TARGETS[@]}"; do
-    rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    if rustup target list --installed | grep -qx "$t" || rustup target add "$t" >/dev/null 2>&1; then
+        installed+=("$t")
+    elif [ "$t" = aarch64-apple-ios-sim ]; then
+        # Some mirrors of rustup's server lack this target's std: scripts/ffi-ios.sh then builds
+        # it from rust-src (-Z build-std), so the simulator slice is still built and checked.
+        rustup component add rust-src >/dev/null
+        say "$t: rustup could not fetch its std; rust-src installed to build it"
+    else
+        say "$t: rustup could not install it"; exit 1
+    fi
 done
-say "targets ${TARGETS[*]} installed"
+say "targets ${installed[*]} installed"
