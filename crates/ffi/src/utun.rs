@@ -54,11 +54,14 @@ pub fn find_utun_fd(probe: &dyn FdProbe) -> Option<RawFd> {
 pub struct SystemFds;
 
 #[cfg(target_vendor = "apple")]
+use vpn_sys::darwin::kctl;
+
+#[cfg(target_vendor = "apple")]
 impl FdProbe for SystemFds {
     fn peer_control_id(&self, fd: RawFd) -> Option<u32> {
         // SAFETY: sockaddr_ctl is plain old data; all zeros is a valid value.
-        let mut addr: libc::sockaddr_ctl = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_ctl>() as libc::socklen_t;
+        let mut addr: kctl::sockaddr_ctl = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<kctl::sockaddr_ctl>() as libc::socklen_t;
         // SAFETY: `addr` is writable for `len` bytes and outlives the call; getpeername on an
         // fd that is not a socket (or not open) only fails.
         let rc =
@@ -68,7 +71,7 @@ impl FdProbe for SystemFds {
 
     fn control_id(&self, fd: RawFd, name: &str) -> Option<u32> {
         // SAFETY: ctl_info is plain old data; all zeros is a valid value.
-        let mut info: libc::ctl_info = unsafe { std::mem::zeroed() };
+        let mut info: kctl::ctl_info = unsafe { std::mem::zeroed() };
         let bytes = name.as_bytes();
         if bytes.len() >= info.ctl_name.len() {
             return None;
@@ -78,7 +81,7 @@ impl FdProbe for SystemFds {
         }
         // SAFETY: CTLIOCGINFO reads and writes one ctl_info, which `info` is; it lives across
         // the call. On an fd that is not a control socket the ioctl only fails.
-        let rc = unsafe { libc::ioctl(fd, libc::CTLIOCGINFO, &raw mut info) };
+        let rc = unsafe { libc::ioctl(fd, kctl::CTLIOCGINFO, &raw mut info) };
         (rc == 0).then_some(info.ctl_id)
     }
 }

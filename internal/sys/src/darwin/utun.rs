@@ -1,10 +1,15 @@
-//! The utun kernel control: creating an interface, naming it, and its socket options.
+//! The utun kernel control: creating an interface, naming it, and its socket options. (On iOS
+//! the sandbox refuses an app the control socket: [`open_utun`] fails there; the network
+//! extension's utun comes from the system and [`utun_ifname`] names it.)
 
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use super::cvt;
+use super::kctl::{
+    ctl_info, sockaddr_ctl, AF_SYS_CONTROL, CTLIOCGINFO, MAX_KCTL_NAME, SYSPROTO_CONTROL,
+};
 
 /// The kernel control that creates utun interfaces.
 const UTUN_CONTROL_NAME: &[u8] = b"com.apple.net.utun_control";
@@ -12,14 +17,13 @@ const UTUN_CONTROL_NAME: &[u8] = b"com.apple.net.utun_control";
 const UTUN_OPT_IFNAME: libc::c_int = 2;
 
 /// `sizeof(struct sockaddr_ctl)`.
-const SOCKADDR_CTL_LEN: usize = size_of::<libc::sockaddr_ctl>();
+const SOCKADDR_CTL_LEN: usize = size_of::<sockaddr_ctl>();
 const _: () = assert!(SOCKADDR_CTL_LEN == 32);
 
 /// A kernel-control socket (`AF_SYSTEM`, `SYSPROTO_CONTROL`), close-on-exec.
 fn control_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket(2) with constant arguments; a new descriptor on success.
-    let fd =
-        cvt(unsafe { libc::socket(libc::AF_SYSTEM, libc::SOCK_DGRAM, libc::SYSPROTO_CONTROL) })?;
+    let fd = cvt(unsafe { libc::socket(libc::AF_SYSTEM, libc::SOCK_DGRAM, SYSPROTO_CONTROL) })?;
     // SAFETY: `fd` is new and owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: F_SETFD with an int argument.
@@ -29,16 +33,16 @@ fn control_socket() -> io::Result<OwnedFd> {
 
 /// The utun control's id (`CTLIOCGINFO` on a control socket).
 pub fn utun_control_id(ctl: BorrowedFd<'_>) -> io::Result<u32> {
-    let mut info = libc::ctl_info {
+    let mut info = ctl_info {
         ctl_id: 0,
-        ctl_name: [0; libc::MAX_KCTL_NAME],
+        ctl_name: [0; MAX_KCTL_NAME],
     };
     for (d, s) in info.ctl_name.iter_mut().zip(UTUN_CONTROL_NAME) {
         *d = *s as libc::c_char;
     }
     // SAFETY: CTLIOCGINFO reads the name from and writes the id into `info`, which lives for
     // the call and has the size the request encodes.
-    cvt(unsafe { libc::ioctl(ctl.as_raw_fd(), libc::CTLIOCGINFO, &mut info) })?;
+    cvt(unsafe { libc::ioctl(ctl.as_raw_fd(), CTLIOCGINFO, &mut info) })?;
     Ok(info.ctl_id)
 }
 
@@ -53,10 +57,10 @@ pub fn open_utun(unit: Option<u32>) -> io::Result<OwnedFd> {
             .checked_add(1)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "utun unit too large"))?,
     };
-    let addr = libc::sockaddr_ctl {
+    let addr = sockaddr_ctl {
         sc_len: SOCKADDR_CTL_LEN as u8,
         sc_family: libc::AF_SYSTEM as u8,
-        ss_sysaddr: libc::AF_SYS_CONTROL as u16,
+        ss_sysaddr: AF_SYS_CONTROL as u16,
         sc_id: id,
         sc_unit,
         sc_reserved: [0; 5],
@@ -65,7 +69,7 @@ pub fn open_utun(unit: Option<u32>) -> io::Result<OwnedFd> {
     cvt(unsafe {
         libc::connect(
             fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_ctl).cast(),
+            (&addr as *const sockaddr_ctl).cast(),
             SOCKADDR_CTL_LEN as libc::socklen_t,
         )
     })?;
@@ -80,7 +84,7 @@ pub fn utun_ifname(fd: BorrowedFd<'_>) -> io::Result<String> {
     cvt(unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
-            libc::SYSPROTO_CONTROL,
+            SYSPROTO_CONTROL,
             UTUN_OPT_IFNAME,
             name.as_mut_ptr().cast(),
             &mut len,
