@@ -73,7 +73,8 @@ impl Report {
 
 /// The daemon after [`Plan::confine`].
 pub struct Confined {
-    keeping_root: bool,
+    /// No cleaner: the daemon removes its UAPI socket itself (and may `unlink`).
+    removes_socket: bool,
     sandbox: bool,
     cleaner: Option<Cleaner>,
     landlock: LandlockStatus,
@@ -125,10 +126,11 @@ impl Plan {
         } else if sys::uids().1 == 0 {
             tracing::info!("keeping root and every capability (--no-drop-privileges)");
         }
-        let keeping_root = sys::uids().1 == 0;
+        // Without a cleaner (a daemon that kept its user) the daemon removes its socket itself.
+        let removes_socket = cleaner.is_none();
         let landlock = if self.sandbox {
-            // A root daemon removes its socket itself: files beneath its directory only.
-            let removable: Option<PathBuf> = keeping_root
+            // Then files beneath the socket's directory may still be removed; nothing else.
+            let removable: Option<PathBuf> = removes_socket
                 .then(|| socket.and_then(Path::parent).map(Path::to_path_buf))
                 .flatten();
             let st = landlock::restrict(removable.as_deref())?;
@@ -138,7 +140,7 @@ impl Plan {
             LandlockStatus::Off
         };
         Ok(Confined {
-            keeping_root,
+            removes_socket,
             sandbox: self.sandbox,
             cleaner,
             landlock,
@@ -161,7 +163,7 @@ impl Confined {
             match seccomp::ARCH {
                 Some(arch) => {
                     let audit = std::env::var("VPN_SECCOMP_AUDIT").is_ok_and(|v| v == "1");
-                    calls = seccomp::install(arch, self.keeping_root, audit)?;
+                    calls = seccomp::install(arch, self.removes_socket, audit)?;
                     tracing::info!(
                         "seccomp: {calls} system calls allowed{}",
                         if audit {

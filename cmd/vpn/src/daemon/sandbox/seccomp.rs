@@ -105,8 +105,9 @@ const ANY_ARGS: &[&str] = &[
     // Thread names (PR_SET_NAME); narrowed below.
 ];
 
-/// Calls allowed only to a daemon that kept root: it removes its UAPI socket itself.
-const KEEPING_ROOT: &[&str] = &["unlink", "unlinkat"];
+/// Calls allowed only to a daemon that removes its UAPI socket itself (it kept its user, so no
+/// cleaner does it).
+const SELF_REMOVING: &[&str] = &["unlink", "unlinkat"];
 
 /// `socket(2)` families the daemon opens after setup: UDP binds and connected sockets
 /// (AF_INET, AF_INET6), the route listener and the TUN's link events (AF_NETLINK), and the
@@ -141,9 +142,9 @@ fn nr(name: &str) -> Option<i64> {
 }
 
 /// The allowlist as rules per call number (the names this architecture has).
-fn rules(keeping_root: bool) -> BTreeMap<i64, Vec<SeccompRule>> {
+fn rules(removes_socket: bool) -> BTreeMap<i64, Vec<SeccompRule>> {
     let mut m = BTreeMap::new();
-    let extra = if keeping_root { KEEPING_ROOT } else { &[] };
+    let extra = if removes_socket { SELF_REMOVING } else { &[] };
     for n in ANY_ARGS.iter().chain(extra).filter_map(|n| nr(n)) {
         m.insert(n, Vec::new());
     }
@@ -189,15 +190,15 @@ fn rules(keeping_root: bool) -> BTreeMap<i64, Vec<SeccompRule>> {
 }
 
 /// The number of calls the allowlist names on this architecture.
-pub fn allowed_calls(keeping_root: bool) -> usize {
-    rules(keeping_root).len()
+pub fn allowed_calls(removes_socket: bool) -> usize {
+    rules(removes_socket).len()
 }
 
 /// The daemon's two programs. `audit`: calls outside the list are allowed and logged by the
 /// kernel instead of trapped (`VPN_SECCOMP_AUDIT=1`, for collecting the list).
 pub fn daemon_filter(
     arch: TargetArch,
-    keeping_root: bool,
+    removes_socket: bool,
     audit: bool,
 ) -> Result<[BpfProgram; 2], crate::Error> {
     let outside = if audit {
@@ -206,7 +207,7 @@ pub fn daemon_filter(
         SeccompAction::Trap
     };
     let main: BpfProgram =
-        SeccompFilter::new(rules(keeping_root), outside, SeccompAction::Allow, arch)
+        SeccompFilter::new(rules(removes_socket), outside, SeccompAction::Allow, arch)
             .map_err(|e| format!("seccomp: {e}"))?
             .try_into()
             .map_err(|e| format!("seccomp: {e}"))?;
@@ -225,14 +226,14 @@ pub fn daemon_filter(
 
 /// Installs both programs on every thread of the process (TSYNC) and on the threads created
 /// later. Returns the number of calls allowed.
-pub fn install(arch: TargetArch, keeping_root: bool, audit: bool) -> Result<usize, crate::Error> {
-    let programs = daemon_filter(arch, keeping_root, audit)?;
+pub fn install(arch: TargetArch, removes_socket: bool, audit: bool) -> Result<usize, crate::Error> {
+    let programs = daemon_filter(arch, removes_socket, audit)?;
     vpn_sys::seccomp::install_sigsys_reporter(2)?;
     // The clone3 program first: the allowlist, once on, would refuse the second install.
     for p in programs.iter().rev() {
         seccompiler::apply_filter_all_threads(p).map_err(|e| format!("seccomp: {e}"))?;
     }
-    Ok(allowed_calls(keeping_root))
+    Ok(allowed_calls(removes_socket))
 }
 
 /// The cleaner's program (`vpn_sys::cleaner`): read and answer on its socket, look at and
@@ -309,7 +310,7 @@ mod tests {
     #[test]
     fn every_listed_call_exists_here_or_is_x86_64_only() {
         let x86_only = ["poll", "nanosleep", "stat", "lstat", "unlink"];
-        for name in ANY_ARGS.iter().chain(KEEPING_ROOT) {
+        for name in ANY_ARGS.iter().chain(SELF_REMOVING) {
             assert!(
                 nr(name).is_some() || (cfg!(target_arch = "aarch64") && x86_only.contains(name)),
                 "{name} is no system call here"
@@ -326,7 +327,7 @@ mod tests {
         assert!((50..90).contains(&n), "{n} calls");
         assert_eq!(
             allowed_calls(true),
-            n + KEEPING_ROOT.iter().filter(|c| nr(c).is_some()).count()
+            n + SELF_REMOVING.iter().filter(|c| nr(c).is_some()).count()
         );
         assert!(!cleaner_filter(arch).unwrap().is_empty());
     }
