@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export MACOSX_DEPLOYMENT_TARGET=${MACOSX_DEPLOYMENT_TARGET:-11.0}
 
-CRATES=(vpn-darwinbatch vpn-sys vpn-proto vpn-tun vpn-conn vpn-device vpn-uapi vpn-config
+CRATES=(vpn-darwinbatch vpn-sys vpn-packet vpn-proto vpn-tun vpn-conn vpn-device vpn-uapi vpn-config
         vpn-ipc vpn-wireguard vpn-ffi vpn-cli vpn-netstack vpn-proxy)
 
 # Only the packages this workspace has (crates from branches not merged yet are named, not

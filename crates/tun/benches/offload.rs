@@ -18,11 +18,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use vpn_tun::offload::{
-    GroTable, VirtioHdr, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE,
-    VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6, VIRTIO_NET_HDR_GSO_UDP_L4,
-    VIRTIO_NET_HDR_LEN,
-};
+use vpn_tun::offload::GroTable;
 
 /// Headroom in front of every packet, as the device reads and writes.
 const OFF: usize = 16;
@@ -162,25 +158,37 @@ fn gro(c: &mut Criterion) {
     gro_case(c, "gro/tcp4_64_flows", &flows, false, false);
 }
 
-/// A frame as the TUN reads it: virtio header, then `pkt`.
-fn frame(pkt: &[u8], gso_type: u8, gso_size: u16, csum_start: u16, csum_offset: u16) -> Vec<u8> {
-    let hdr = VirtioHdr {
-        flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-        gso_type,
-        hdr_len: pkt.len().min(usize::from(u16::MAX)) as u16,
-        gso_size,
-        csum_start,
-        csum_offset,
-    };
-    let mut f = vec![0u8; VIRTIO_NET_HDR_LEN];
-    assert!(hdr.encode(&mut f));
-    f.extend_from_slice(pkt);
-    f
-}
-
+/// The split exists on Linux only (tun-rs's `gso_split`; Android refuses super-packets).
 #[cfg(target_os = "linux")]
 fn split(c: &mut Criterion) {
     use vpn_tun::offload::split::split_frame;
+    use vpn_tun::offload::{
+        VirtioHdr, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, VIRTIO_NET_HDR_GSO_TCPV4,
+        VIRTIO_NET_HDR_GSO_TCPV6, VIRTIO_NET_HDR_GSO_UDP_L4, VIRTIO_NET_HDR_LEN,
+    };
+
+    /// A frame as the TUN reads it: virtio header, then `pkt`.
+    fn frame(
+        pkt: &[u8],
+        gso_type: u8,
+        gso_size: u16,
+        csum_start: u16,
+        csum_offset: u16,
+    ) -> Vec<u8> {
+        let hdr = VirtioHdr {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type,
+            hdr_len: pkt.len().min(usize::from(u16::MAX)) as u16,
+            gso_size,
+            csum_start,
+            csum_offset,
+        };
+        let mut f = vec![0u8; VIRTIO_NET_HDR_LEN];
+        assert!(hdr.encode(&mut f));
+        f.extend_from_slice(pkt);
+        f
+    }
+
     let cases = [
         (
             "split/tcp4_64k",

@@ -3,6 +3,8 @@
 
 use std::io;
 
+use vpn_packet::ip;
+
 /// Bytes of the address-family header in front of every utun packet.
 pub(crate) const HEADER_LEN: usize = 4;
 /// darwin's AF_INET.
@@ -13,7 +15,7 @@ pub(crate) const AF_INET6: u8 = 30;
 /// The header for `packet`, chosen from its IP version nibble; `None` for anything that is
 /// not IPv4 or IPv6 (empty included).
 pub(crate) fn header_for(packet: &[u8]) -> Option<[u8; HEADER_LEN]> {
-    match packet.first()? >> 4 {
+    match ip::version(packet).ok()? {
         4 => Some([0, 0, 0, AF_INET]),
         6 => Some([0, 0, 0, AF_INET6]),
         _ => None,
@@ -23,14 +25,7 @@ pub(crate) fn header_for(packet: &[u8]) -> Option<[u8; HEADER_LEN]> {
 /// The length the packet's IP header claims (IPv4 total length, IPv6 40 + payload length);
 /// `None` when the header is too short to say or the version is neither.
 pub(crate) fn claimed_len(packet: &[u8]) -> Option<usize> {
-    match packet.first()? >> 4 {
-        4 => Some(usize::from(u16::from_be_bytes([
-            *packet.get(2)?,
-            *packet.get(3)?,
-        ]))),
-        6 => Some(40 + usize::from(u16::from_be_bytes([*packet.get(4)?, *packet.get(5)?]))),
-        _ => None,
-    }
+    ip::declared_len(packet)
 }
 
 /// The error for a packet that is neither IPv4 nor IPv6 (EAFNOSUPPORT, as wireguard-go).

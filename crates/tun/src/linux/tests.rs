@@ -8,10 +8,17 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::offload::testpkt::{fix_checksums, stream_byte};
-use crate::offload::{be16, put16};
+use crate::offload::testpkt::{fix_checksums, stream_byte, transport_mut};
+use vpn_packet::ip::{IpPacket, Ipv4Packet, Ipv4PacketMut, PROTOCOL_TCP, PROTOCOL_UDP};
+use vpn_packet::udp::{UdpHeader, UdpHeaderMut};
 
 const OFF: usize = 16;
+
+/// The UDP payload of an IPv4 datagram read from the TUN.
+fn udp_payload(pkt: &[u8]) -> &[u8] {
+    let ip = Ipv4Packet::parse(pkt).unwrap();
+    UdpHeader::parse(ip.payload().unwrap()).unwrap().payload()
+}
 
 fn skip_reason() -> Option<&'static str> {
     if !vpn_sys::daemon::is_root() {
@@ -167,7 +174,11 @@ fn udp_both_ways(tun: &LinuxTun, name: &str, net: u8) {
         let mut bufs: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
         let n = tun.read(&mut bufs, &mut sizes, OFF).unwrap();
         // Skip IPv6 router solicitations and the like.
-        if let Some(i) = (0..n).find(|&i| bufs[i][OFF] >> 4 == 4 && bufs[i][OFF + 9] == 17) {
+        let udp4 = |i: usize| {
+            let pkt = &bufs[i][OFF..OFF + sizes[i]];
+            matches!(IpPacket::parse(pkt), Ok(IpPacket::V4(p)) if p.protocol() == PROTOCOL_UDP)
+        };
+        if let Some(i) = (0..n).find(|&i| udp4(i)) {
             break bufs[i][OFF..OFF + sizes[i]].to_vec();
         }
     };
@@ -175,13 +186,16 @@ fn udp_both_ways(tun: &LinuxTun, name: &str, net: u8) {
     assert!(tun.stats().reads > before.reads);
 
     // Answer: swap addresses and ports.
+    let got = Ipv4Packet::parse(&pkt).unwrap();
+    let got_udp = UdpHeader::parse(got.payload().unwrap()).unwrap();
     let mut reply = pkt.clone();
-    reply[12..16].copy_from_slice(&pkt[16..20]);
-    reply[16..20].copy_from_slice(&pkt[12..16]);
-    reply[20..22].copy_from_slice(&pkt[22..24]);
-    reply[22..24].copy_from_slice(&pkt[20..22]);
-    let body = reply.len() - 10;
-    reply[body..].copy_from_slice(b"from a tun");
+    let mut ip = Ipv4PacketMut::parse(&mut reply).unwrap();
+    ip.set_source(got.destination());
+    ip.set_destination(got.source());
+    let mut udp = UdpHeaderMut::parse(ip.into_payload().unwrap()).unwrap();
+    udp.set_source_port(got_udp.destination_port());
+    udp.set_destination_port(got_udp.source_port());
+    udp.payload_mut().copy_from_slice(b"from a tun");
     fix_checksums(&mut reply);
     let mut buf = vec![0u8; OFF + 2000];
     buf[OFF..OFF + reply.len()].copy_from_slice(&reply);
@@ -192,7 +206,8 @@ fn udp_both_ways(tun: &LinuxTun, name: &str, net: u8) {
     let (n, from) = sock.recv_from(&mut got).unwrap();
     assert_eq!(&got[..n], b"from a tun");
     assert_eq!(from.port(), 4000);
-    assert_eq!(be16(&reply, 22), port);
+    let l4 = Ipv4Packet::parse(&reply).unwrap().payload().unwrap();
+    assert_eq!(UdpHeader::parse(l4).unwrap().destination_port(), port);
 }
 
 /// A namespace thread's setup for the batching tests: no IPv6 (no router solicitations in the
@@ -227,7 +242,7 @@ fn read_payloads(tun: &LinuxTun) -> Vec<Vec<u8>> {
             let mut fixed = pkt.to_vec();
             fix_checksums(&mut fixed);
             assert_eq!(fixed, pkt, "packet {i} of {n} has a wrong checksum");
-            pkt[28..].to_vec()
+            udp_payload(pkt).to_vec()
         })
         .collect()
 }
@@ -311,7 +326,7 @@ fn read_into(tun: &LinuxTun, room: usize) -> io::Result<Vec<Vec<u8>>> {
         let _ = done.send(());
         let n = n?;
         Ok((0..n)
-            .map(|i| bufs[i][OFF + 28..OFF + sizes[i]].to_vec())
+            .map(|i| udp_payload(&bufs[i][OFF..OFF + sizes[i]]).to_vec())
             .collect())
     })
 }
@@ -408,17 +423,22 @@ fn close_wakes_a_blocked_read_promptly() {
 /// `.2 -> .1`, so a client and a server in the same namespace talk through the TUN both ways.
 /// Returns false for packets the relay drops.
 fn relay_rewrite(p: &mut [u8]) -> bool {
-    if p.len() < 40 || p[0] != 0x45 || (p[9] != 6 && p[9] != 17) {
+    if p.len() < 40 {
         return false;
     }
-    let new_src = match p[19] {
+    let Ok(mut ip) = Ipv4PacketMut::parse(p) else {
+        return false;
+    };
+    if ip.header_len() != 20 || (ip.protocol() != PROTOCOL_TCP && ip.protocol() != PROTOCOL_UDP) {
+        return false;
+    }
+    let new_src = match ip.destination().octets()[3] {
         2 => 3,
         3 => 2,
         _ => return false,
     };
-    p[12..16].copy_from_slice(&[100, 64, 0, new_src]);
-    p[16..20].copy_from_slice(&[100, 64, 0, 1]);
-    put16(p, 10, 0);
+    ip.set_source(Ipv4Addr::new(100, 64, 0, new_src));
+    ip.set_destination(Ipv4Addr::new(100, 64, 0, 1));
     fix_checksums(p);
     true
 }
@@ -532,7 +552,8 @@ fn many_small_datagrams_are_coalesced_in_groups_the_kernel_takes() {
         let mut storage: Vec<Vec<u8>> = (0..N)
             .map(|i| {
                 let mut p = crate::offload::testpkt::udp(src, dst, 2);
-                put16(&mut p, 28, i as u16);
+                let mut udp = UdpHeaderMut::parse(transport_mut(&mut p)).unwrap();
+                udp.payload_mut().copy_from_slice(&(i as u16).to_be_bytes());
                 fix_checksums(&mut p);
                 let mut b = vec![0u8; OFF];
                 b.extend_from_slice(&p);

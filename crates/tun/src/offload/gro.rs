@@ -13,17 +13,15 @@
 
 use std::io;
 
-use super::checksum::{checksum, pseudo_header_no_fold};
-use super::{
-    be16, be32, put16, VirtioHdr, IPPROTO_TCP, IPPROTO_UDP, MAX_PACKET, TCP_FLAGS_OFFSET,
-    TCP_FLAG_ACK, TCP_FLAG_PSH, UDP_HEADER_LEN, VIRTIO_NET_HDR_F_NEEDS_CSUM,
-    VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6, VIRTIO_NET_HDR_GSO_UDP_L4,
-    VIRTIO_NET_HDR_LEN,
-};
+use vpn_packet::ip::{IpPacket, IpPacketMut, Ipv4Packet, Ipv6Packet, PROTOCOL_TCP, PROTOCOL_UDP};
+use vpn_packet::tcp::{TcpHeader, TcpHeaderMut, ACK as TCP_FLAG_ACK, PSH as TCP_FLAG_PSH};
+use vpn_packet::udp::{UdpHeader, UdpHeaderMut, UDP_HEADER_LEN};
 
-const IPV4_SRC_AT: usize = 12;
-const IPV6_SRC_AT: usize = 8;
-const IPV4_MORE_FRAGMENTS: u8 = 0x20;
+use super::checksum::{checksum, checksum_no_fold, pseudo_header_no_fold};
+use super::{
+    VirtioHdr, MAX_PACKET, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_TCPV4,
+    VIRTIO_NET_HDR_GSO_TCPV6, VIRTIO_NET_HDR_GSO_UDP_L4, VIRTIO_NET_HDR_LEN,
+};
 
 /// What kind of GRO candidate a packet is (`packetIsGROCandidate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,24 +43,24 @@ pub fn candidate(pkt: &[u8], udp_gro: bool) -> Candidate {
     if pkt.len() < 28 {
         return Candidate::None;
     }
-    match pkt[0] >> 4 {
-        4 => {
-            if pkt[0] & 0x0f != 5 {
+    match IpPacket::parse(pkt) {
+        Ok(IpPacket::V4(ip)) => {
+            if ip.header_len() != 20 {
                 // IPv4 options never coalesce.
                 return Candidate::None;
             }
-            match pkt[9] {
-                IPPROTO_TCP if pkt.len() >= 40 => Candidate::Tcp4,
-                IPPROTO_UDP if udp_gro => Candidate::Udp4,
+            match ip.protocol() {
+                PROTOCOL_TCP if pkt.len() >= 40 => Candidate::Tcp4,
+                PROTOCOL_UDP if udp_gro => Candidate::Udp4,
                 _ => Candidate::None,
             }
         }
-        6 => match pkt[6] {
-            IPPROTO_TCP if pkt.len() >= 60 => Candidate::Tcp6,
-            IPPROTO_UDP if pkt.len() >= 48 && udp_gro => Candidate::Udp6,
+        Ok(IpPacket::V6(ip)) => match ip.next_header() {
+            PROTOCOL_TCP if pkt.len() >= 60 => Candidate::Tcp6,
+            PROTOCOL_UDP if pkt.len() >= 48 && udp_gro => Candidate::Udp6,
             _ => Candidate::None,
         },
-        _ => Candidate::None,
+        Err(_) => Candidate::None,
     }
 }
 
@@ -77,22 +75,59 @@ struct FlowKey {
 }
 
 impl FlowKey {
-    fn new(pkt: &[u8], v6: bool, th_at: usize, ack: u32) -> Self {
-        let (at, n) = if v6 {
-            (IPV6_SRC_AT, 16)
-        } else {
-            (IPV4_SRC_AT, 4)
-        };
+    /// The key of a packet: its addresses, the transport ports (`source << 16 | destination`)
+    /// and `ack`.
+    #[inline]
+    fn new(ip: &IpPacket<'_>, ports: u32, ack: u32) -> Self {
         let mut src = [0u8; 16];
         let mut dst = [0u8; 16];
-        src[..n].copy_from_slice(&pkt[at..at + n]);
-        dst[..n].copy_from_slice(&pkt[at + n..at + 2 * n]);
+        let v6 = match ip {
+            IpPacket::V4(p) => {
+                src[..4].copy_from_slice(p.source_bytes());
+                dst[..4].copy_from_slice(p.destination_bytes());
+                false
+            }
+            IpPacket::V6(p) => {
+                src = *p.source_bytes();
+                dst = *p.destination_bytes();
+                true
+            }
+        };
         Self {
             src,
             dst,
-            ports: be32(pkt, th_at),
+            ports,
             ack,
             v6,
+        }
+    }
+}
+
+/// The IP header fields two packets must share to merge (`ipHeadersCanCoalesce`): IPv4 ToS,
+/// the three flag bits and TTL; IPv6 traffic class and hop limit (the version is in the
+/// [`FlowKey`]). Read from a group's first packet when it is made; a packet that leads the group
+/// later (prepended) had equal fields, and GRO rewrites none of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct IpFields {
+    tos: u8,
+    flags: u8,
+    ttl: u8,
+}
+
+impl IpFields {
+    #[inline]
+    fn of(ip: &IpPacket<'_>) -> Self {
+        match ip {
+            IpPacket::V4(p) => Self {
+                tos: p.dscp_ecn(),
+                flags: p.flags(),
+                ttl: p.ttl(),
+            },
+            IpPacket::V6(p) => Self {
+                tos: p.traffic_class(),
+                flags: 0,
+                ttl: p.hop_limit(),
+            },
         }
     }
 }
@@ -100,6 +135,7 @@ impl FlowKey {
 #[derive(Clone, Copy, Debug)]
 struct TcpItem {
     key: FlowKey,
+    ip: IpFields,
     /// Sequence number of the first byte in the (possibly merged) packet.
     seq: u32,
     /// The group's slot (in `to_write`).
@@ -116,6 +152,7 @@ struct TcpItem {
 #[derive(Clone, Copy, Debug)]
 struct UdpItem {
     key: FlowKey,
+    ip: IpFields,
     /// The group's slot (in `to_write`).
     index: usize,
     /// The buffer of the group's last segment.
@@ -218,8 +255,8 @@ impl GroTable {
     }
 
     /// The transport checksum check of merging, unless verification is off.
-    fn verified(&self, pkt: &[u8], iph_len: u8, proto: u8, v6: bool) -> bool {
-        !self.verify || checksum_valid(pkt, iph_len, proto, v6)
+    fn verified(&self, pkt: &[u8]) -> bool {
+        !self.verify || checksum_valid(pkt)
     }
 
     /// Slots (indices into the `bufs` given to [`coalesce`](Self::coalesce)) to write, in
@@ -349,15 +386,7 @@ impl GroTable {
         let offset = self.offset;
         let len = self.own[pi];
         let pkt = &bufs[pi].as_ref()[offset..offset + len];
-        let Some(TcpSegment {
-            iph_len,
-            tcph_len,
-            psh,
-            gso_size,
-            seq,
-            key,
-        }) = TcpSegment::parse(pkt, v6, len)
-        else {
+        let Some(seg) = TcpSegment::parse(pkt, v6) else {
             return Outcome::Noop;
         };
 
@@ -365,29 +394,25 @@ impl GroTable {
         while j > 0 {
             j -= 1;
             let mut item = self.tcp[j];
-            if item.key != key {
+            if item.key != seg.key {
                 continue;
             }
             let head = self.first[item.index];
-            let pkt = &bufs[pi].as_ref()[offset..offset + len];
             let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
-            let fit = tcp_fit(
-                pkt,
-                target,
-                self.lens[item.index],
-                iph_len,
-                tcph_len,
-                seq,
-                psh,
-                gso_size,
-                &item,
-            );
+            let fit = tcp_fit(&seg, target, self.lens[item.index], &item, v6);
             if fit == Fit::No {
                 continue;
             }
-            match self.merge_tcp(bufs, fit, pi, gso_size, seq, psh, &mut item, v6) {
+            match self.merge_tcp(bufs, fit, pi, &seg, &mut item) {
                 Merge::Done => {
                     self.tcp[j] = item;
+                    if fit == Fit::Append && seg.psh {
+                        // PSH ends the group: its first packet carries it.
+                        let head_pkt = &mut bufs[head].as_mut()[offset..offset + self.own[head]];
+                        if let Some(mut tcp) = tcp_header_mut(head_pkt) {
+                            tcp.set_flags(tcp.flags() | TCP_FLAG_PSH);
+                        }
+                    }
                     return Outcome::Coalesced;
                 }
                 Merge::ItemBadChecksum => {
@@ -399,30 +424,30 @@ impl GroTable {
             }
         }
         self.tcp.push(TcpItem {
-            key,
-            seq,
+            key: seg.key,
+            ip: seg.ip,
+            seq: seg.seq,
             index: pi,
             tail: pi,
             merged: 0,
-            gso_size,
-            iph_len: iph_len as u8,
-            tcph_len: tcph_len as u8,
-            psh,
+            gso_size: seg.gso_size,
+            iph_len: seg.iph_len as u8,
+            tcph_len: seg.tcph_len as u8,
+            psh: seg.psh,
         });
         Outcome::Inserted
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn merge_tcp<B: AsRef<[u8]> + AsMut<[u8]>>(
+    /// Merges packet `pi` (`seg`) into `item` where `fit` says, unless a rule or a checksum
+    /// forbids it; on [`Merge::Done`] only the bookkeeping is updated: setting PSH on the
+    /// group's first packet is the caller's write.
+    fn merge_tcp<B: AsRef<[u8]>>(
         &mut self,
-        bufs: &mut [B],
+        bufs: &[B],
         fit: Fit,
         pi: usize,
-        gso_size: u16,
-        seq: u32,
-        psh: bool,
+        seg: &TcpSegment<'_>,
         item: &mut TcpItem,
-        v6: bool,
     ) -> Merge {
         let offset = self.offset;
         let slot = item.index;
@@ -433,35 +458,33 @@ impl GroTable {
         if merged_len > MAX_PACKET || usize::from(item.merged) + 2 > MAX_SEGMENTS {
             return Merge::TooLong;
         }
-        let iph = item.iph_len;
-        if fit == Fit::Prepend && psh {
+        if fit == Fit::Prepend && seg.psh {
             return Merge::PshEnding;
         }
         let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
-        if item.merged == 0 && !self.verified(target, iph, IPPROTO_TCP, v6) {
+        if item.merged == 0 && !self.verified(target) {
             return Merge::ItemBadChecksum;
         }
         let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
-        if !self.verified(pkt, iph, IPPROTO_TCP, v6) {
+        if !self.verified(pkt) {
             return Merge::PacketBadChecksum;
         }
         if fit == Fit::Prepend {
             // The packet leads the group now; its headers are the group's.
-            item.seq = seq;
+            item.seq = seg.seq;
             self.next[pi] = head;
             self.first[slot] = pi;
         } else {
-            if psh {
+            if seg.psh {
                 item.psh = true;
-                bufs[head].as_mut()[offset + usize::from(iph) + TCP_FLAGS_OFFSET] |= TCP_FLAG_PSH;
             }
             self.next[item.tail] = pi;
             item.tail = pi;
         }
         self.lens[slot] = merged_len;
         self.skip[slot] = headers;
-        if gso_size > item.gso_size {
-            item.gso_size = gso_size;
+        if seg.gso_size > item.gso_size {
+            item.gso_size = seg.gso_size;
         }
         item.merged += 1;
         Merge::Done
@@ -476,30 +499,32 @@ impl GroTable {
         let offset = self.offset;
         let len = self.own[pi];
         let pkt = &bufs[pi].as_ref()[offset..offset + len];
-        let Some(iph_len) = ip_layout(pkt, v6, len) else {
+        let Some((ip, l4)) = ip_layout(pkt, v6) else {
             return Outcome::Noop;
         };
-        if len < iph_len + UDP_HEADER_LEN {
+        let Ok(udp) = UdpHeader::parse(l4) else {
             return Outcome::Noop;
-        }
-        let payload = len - iph_len - UDP_HEADER_LEN;
+        };
+        let payload = udp.payload().len();
         if payload == 0 {
             return Outcome::Noop;
         }
+        let iph_len = len - l4.len();
+        // len <= 65535 (checked in ip_layout), so the payload fits.
         let gso_size = payload as u16;
-        let key = FlowKey::new(pkt, v6, iph_len, 0);
+        let ports = u32::from(udp.source_port()) << 16 | u32::from(udp.destination_port());
+        let key = FlowKey::new(&ip, ports, 0);
+        let fields = IpFields::of(&ip);
 
         // Only the flow's newest item is considered, so datagrams are never reordered.
         let mut csum_invalid = false;
         if let Some(j) = self.udp.iter().rposition(|it| it.key == key) {
             let item = self.udp[j];
-            let head = self.first[item.index];
-            let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
             let tail_ok = (self.lens[item.index] - usize::from(item.iph_len) - UDP_HEADER_LEN)
                 % usize::from(item.gso_size)
                 == 0;
-            if ip_headers_can_coalesce(pkt, target) && tail_ok && gso_size <= item.gso_size {
-                match self.merge_udp(bufs, pi, j, v6) {
+            if fields == item.ip && tail_ok && gso_size <= item.gso_size {
+                match self.merge_udp(bufs, pi, j) {
                     Merge::Done => return Outcome::Coalesced,
                     Merge::PacketBadChecksum => csum_invalid = true,
                     // A bad item is left alone: the new datagram starts a fresh item.
@@ -509,6 +534,7 @@ impl GroTable {
         }
         self.udp.push(UdpItem {
             key,
+            ip: fields,
             index: pi,
             tail: pi,
             merged: 0,
@@ -524,7 +550,6 @@ impl GroTable {
         bufs: &mut [B],
         pi: usize,
         j: usize,
-        v6: bool,
     ) -> Merge {
         let offset = self.offset;
         let item = self.udp[j];
@@ -537,13 +562,11 @@ impl GroTable {
             return Merge::TooLong;
         }
         let target = &bufs[head].as_ref()[offset..offset + self.own[head]];
-        if item.merged == 0
-            && (item.csum_invalid || !self.verified(target, item.iph_len, IPPROTO_UDP, v6))
-        {
+        if item.merged == 0 && (item.csum_invalid || !self.verified(target)) {
             return Merge::ItemBadChecksum;
         }
         let pkt = &bufs[pi].as_ref()[offset..offset + pkt_len];
-        if !self.verified(pkt, item.iph_len, IPPROTO_UDP, v6) {
+        if !self.verified(pkt) {
             return Merge::PacketBadChecksum;
         }
         self.next[item.tail] = pi;
@@ -585,14 +608,8 @@ impl GroTable {
             let ok = hdr.encode(&mut buf[hdr_at..offset]);
             debug_assert!(ok);
             let pkt = &mut buf[offset..offset + self.own[head]];
-            finish_ip_and_pseudo(
-                pkt,
-                self.lens[item.index],
-                iph,
-                item.key.v6,
-                IPPROTO_TCP,
-                16,
-            );
+            let done = finish_merged(pkt, self.lens[item.index]);
+            debug_assert!(done.is_some(), "a merged TCP group's first packet parses");
         }
         for item in self.udp.iter().filter(|it| it.merged > 0) {
             let iph = usize::from(item.iph_len);
@@ -610,8 +627,8 @@ impl GroTable {
             let ok = hdr.encode(&mut buf[hdr_at..offset]);
             debug_assert!(ok);
             let pkt = &mut buf[offset..offset + self.own[head]];
-            put16(pkt, iph + 4, (len - iph) as u16);
-            finish_ip_and_pseudo(pkt, len, iph, item.key.v6, IPPROTO_UDP, 6);
+            let done = finish_merged(pkt, len);
+            debug_assert!(done.is_some(), "a merged UDP group's first packet parses");
         }
     }
 }
@@ -654,75 +671,75 @@ impl Iterator for Segments<'_> {
     }
 }
 
-/// Sets the IP length fields of a merged packet of `len` bytes (and the IPv4 header checksum),
-/// then stores the folded, non-inverted pseudo-header sum in the transport checksum field for
-/// the kernel to complete. `pkt` is its first packet, whose headers are the merged packet's.
-fn finish_ip_and_pseudo(
-    pkt: &mut [u8],
-    len: usize,
-    iph: usize,
-    v6: bool,
-    proto: u8,
-    csum_offset: usize,
-) {
-    let transport_len = (len - iph) as u16;
-    let (at, n) = if v6 {
-        put16(pkt, 4, transport_len);
-        (IPV6_SRC_AT, 16)
-    } else {
-        put16(pkt, 2, len as u16);
-        put16(pkt, 10, 0);
-        let c = !checksum(&pkt[..iph], 0);
-        put16(pkt, 10, c);
-        (IPV4_SRC_AT, 4)
-    };
+/// Sets the headers of a merged packet of `len` bytes whose first packet is `pkt` (its headers
+/// are the merged packet's): the IP length fields and the IPv4 header checksum, the UDP length,
+/// and the folded, non-inverted pseudo-header sum in the transport checksum field for the
+/// kernel to complete. `None` (nothing or part written) only for a packet GRO never merges.
+fn finish_merged(pkt: &mut [u8], len: usize) -> Option<()> {
+    let mut ip = IpPacketMut::parse(pkt).ok()?;
+    let proto = ip.protocol();
+    // The transport header first, while the IP length still describes `pkt`.
+    let transport_len = u16::try_from(len.checked_sub(ip.header_len())?).ok()?;
     let psum = pseudo_header_no_fold(
         proto,
-        &pkt[at..at + n],
-        &pkt[at + n..at + 2 * n],
+        ip.source_bytes(),
+        ip.destination_bytes(),
         transport_len,
     );
-    put16(pkt, iph + csum_offset, checksum(&[], psum));
+    let partial = checksum(&[], psum);
+    let l4 = ip.payload_mut().ok()?;
+    if proto == PROTOCOL_TCP {
+        TcpHeaderMut::parse(l4).ok()?.set_checksum(partial);
+    } else {
+        let mut udp = UdpHeaderMut::parse(l4).ok()?;
+        udp.set_length(transport_len);
+        udp.set_checksum(partial);
+    }
+    match ip {
+        IpPacketMut::V4(mut ip) => {
+            ip.set_total_len(u16::try_from(len).ok()?);
+            ip.set_header_checksum(0);
+            let sum = checksum_no_fold(ip.header(), 0);
+            let c = !checksum(ip.options().ok()?, sum);
+            ip.set_header_checksum(c);
+        }
+        IpPacketMut::V6(mut ip) => ip.set_payload_len(transport_len),
+    }
+    Some(())
 }
 
-/// The IP header length of a GRO candidate if its length fields match the buffer, it is not
-/// an IPv4 fragment and it is at most 65 535 bytes.
-fn ip_layout(pkt: &[u8], v6: bool, len: usize) -> Option<usize> {
-    if !(20..=MAX_PACKET).contains(&len) {
+/// The TCP header of a packet to rewrite (its first IP header's payload).
+fn tcp_header_mut(pkt: &mut [u8]) -> Option<TcpHeaderMut<'_>> {
+    let l4 = IpPacketMut::parse(pkt).ok()?.into_payload().ok()?;
+    TcpHeaderMut::parse(l4).ok()
+}
+
+/// A GRO candidate's IP header and its payload (the transport segment), if its length fields
+/// match the buffer, it is not an IPv4 fragment and it is at most 65 535 bytes.
+#[inline]
+fn ip_layout(pkt: &[u8], v6: bool) -> Option<(IpPacket<'_>, &[u8])> {
+    if !(20..=MAX_PACKET).contains(&pkt.len()) {
         return None;
     }
     if v6 {
-        (len >= 40 && usize::from(be16(pkt, 4)) == len - 40).then_some(40)
-    } else {
-        let iph_len = usize::from(pkt[0] & 0x0f) * 4;
-        if usize::from(be16(pkt, 2)) != len || len < iph_len {
+        let ip = Ipv6Packet::parse(pkt).ok()?;
+        if usize::from(ip.payload_len()) + 40 != pkt.len() {
             return None;
         }
-        if pkt[6] & IPV4_MORE_FRAGMENTS != 0 || pkt[6] & 0x1f != 0 || pkt[7] != 0 {
+        Some((IpPacket::V6(ip), ip.payload().ok()?))
+    } else {
+        let ip = Ipv4Packet::parse(pkt).ok()?;
+        if usize::from(ip.total_len()) != pkt.len() || ip.is_fragment() {
             // No GRO for fragments.
             return None;
         }
-        Some(iph_len)
-    }
-}
-
-/// Whether two packets' IP headers allow merging: same version; IPv4 same ToS, DF/reserved
-/// bits and TTL; IPv6 same traffic class and hop limit.
-fn ip_headers_can_coalesce(a: &[u8], b: &[u8]) -> bool {
-    if a.len() < 9 || b.len() < 9 {
-        return false;
-    }
-    if a[0] >> 4 == 6 {
-        // Version + the traffic class's high nibble, then its low nibble.
-        a[0] == b[0] && a[1] >> 4 == b[1] >> 4 && a[7] == b[7]
-    } else {
-        a[1] == b[1] && a[6] >> 5 == b[6] >> 5 && a[8] == b[8]
+        Some((IpPacket::V4(ip), ip.payload().ok()?))
     }
 }
 
 /// What coalescing needs of a TCP packet: one that carries payload with ACK set and no flag
 /// but PSH besides.
-struct TcpSegment {
+struct TcpSegment<'a> {
     iph_len: usize,
     tcph_len: usize,
     psh: bool,
@@ -730,79 +747,88 @@ struct TcpSegment {
     gso_size: u16,
     seq: u32,
     key: FlowKey,
+    ip: IpFields,
+    /// The TCP options, which must equal those of the group it joins.
+    options: &'a [u8],
 }
 
-impl TcpSegment {
-    /// The packet's TCP fields (`len` bytes, IPv6 if `v6`), or `None` if it is not a
-    /// candidate: a bad header, a flag other than ACK and PSH, or no payload.
-    fn parse(pkt: &[u8], v6: bool, len: usize) -> Option<TcpSegment> {
-        let iph_len = ip_layout(pkt, v6, len)?;
-        if len < iph_len + TCP_FLAGS_OFFSET + 1 {
-            return None;
-        }
-        let tcph_len = usize::from(pkt[iph_len + 12] >> 4) * 4;
-        if !(20..=60).contains(&tcph_len) || len < iph_len + tcph_len {
-            return None;
-        }
-        let flags = pkt[iph_len + TCP_FLAGS_OFFSET];
+impl<'a> TcpSegment<'a> {
+    /// The packet's TCP fields (IPv6 if `v6`), or `None` if it is not a candidate: a bad
+    /// header, a flag other than ACK and PSH, or no payload.
+    #[inline]
+    fn parse(pkt: &'a [u8], v6: bool) -> Option<Self> {
+        let (ip, l4) = ip_layout(pkt, v6)?;
+        let tcp = TcpHeader::parse(l4).ok()?;
+        let flags = tcp.flags();
         if flags != TCP_FLAG_ACK && flags != TCP_FLAG_ACK | TCP_FLAG_PSH {
             return None;
         }
-        let payload = len - iph_len - tcph_len;
+        let payload = tcp.payload().len();
         if payload == 0 {
             return None;
         }
+        let ports = u32::from(tcp.source_port()) << 16 | u32::from(tcp.destination_port());
         Some(TcpSegment {
-            iph_len,
-            tcph_len,
+            iph_len: pkt.len() - l4.len(),
+            tcph_len: tcp.header_len(),
             psh: flags & TCP_FLAG_PSH != 0,
-            // len <= 65535 (checked in ip_layout), so the payload fits.
+            // The packet is at most 65535 bytes (checked in ip_layout), so the payload fits.
             gso_size: payload as u16,
-            seq: be32(pkt, iph_len + 4),
-            key: FlowKey::new(pkt, v6, iph_len, be32(pkt, iph_len + 8)),
+            seq: tcp.seq(),
+            key: FlowKey::new(&ip, ports, tcp.ack()),
+            ip: IpFields::of(&ip),
+            options: tcp.options(),
         })
     }
 }
 
-/// `tcpPacketsCanCoalesce`: whether packet `pkt` follows (append) or precedes (prepend)
+/// The TCP options of a group's first packet (a candidate, so its headers parse).
+#[inline]
+fn tcp_options(pkt: &[u8], v6: bool) -> Option<&[u8]> {
+    let l4 = if v6 {
+        Ipv6Packet::parse(pkt).ok()?.payload().ok()?
+    } else {
+        Ipv4Packet::parse(pkt).ok()?.payload().ok()?
+    };
+    Some(TcpHeader::parse(l4).ok()?.options())
+}
+
+/// `tcpPacketsCanCoalesce`: whether segment `seg` follows (append) or precedes (prepend)
 /// `item`, whose first packet is `target` and whose merged length is `target_len`.
-#[allow(clippy::too_many_arguments)]
 fn tcp_fit(
-    pkt: &[u8],
+    seg: &TcpSegment<'_>,
     target: &[u8],
     target_len: usize,
-    iph_len: usize,
-    tcph_len: usize,
-    seq: u32,
-    psh: bool,
-    gso_size: u16,
     item: &TcpItem,
+    v6: bool,
 ) -> Fit {
-    if tcph_len != usize::from(item.tcph_len) {
+    if seg.tcph_len != usize::from(item.tcph_len) {
         return Fit::No;
     }
-    let item_iph = usize::from(item.iph_len);
-    if tcph_len > 20
-        && pkt[iph_len + 20..iph_len + tcph_len] != target[item_iph + 20..item_iph + tcph_len]
-    {
+    if seg.tcph_len > 20 && tcp_options(target, v6) != Some(seg.options) {
         // Options differ.
         return Fit::No;
     }
-    if !ip_headers_can_coalesce(pkt, target) {
+    if seg.ip != item.ip {
         return Fit::No;
     }
     let item_bytes = u32::from(item.gso_size) * (u32::from(item.merged) + 1);
-    if seq == item.seq.wrapping_add(item_bytes) {
+    if seg.seq == item.seq.wrapping_add(item_bytes) {
         // After the item: not past a PSH, not after a short segment, not larger.
-        let target_payload = target_len - iph_len - tcph_len;
-        if item.psh || target_payload % usize::from(item.gso_size) != 0 || gso_size > item.gso_size
+        let target_payload = target_len - seg.iph_len - seg.tcph_len;
+        if item.psh
+            || target_payload % usize::from(item.gso_size) != 0
+            || seg.gso_size > item.gso_size
         {
             return Fit::No;
         }
         Fit::Append
-    } else if seq.wrapping_add(u32::from(gso_size)) == item.seq {
+    } else if seg.seq.wrapping_add(u32::from(seg.gso_size)) == item.seq {
         // Before the item: not with PSH, not smaller, not larger once others merged.
-        if psh || gso_size < item.gso_size || (gso_size > item.gso_size && item.merged > 0) {
+        if seg.psh
+            || seg.gso_size < item.gso_size
+            || (seg.gso_size > item.gso_size && item.merged > 0)
+        {
             return Fit::No;
         }
         Fit::Prepend
@@ -811,24 +837,26 @@ fn tcp_fit(
     }
 }
 
-/// Whether the transport checksum of `pkt` (with its pseudo-header) verifies.
-pub(crate) fn checksum_valid(pkt: &[u8], iph_len: u8, proto: u8, v6: bool) -> bool {
-    let iph = usize::from(iph_len);
-    let (at, n) = if v6 {
-        (IPV6_SRC_AT, 16)
-    } else {
-        (IPV4_SRC_AT, 4)
-    };
-    if pkt.len() < iph.max(at + 2 * n) || pkt.len() > MAX_PACKET {
+/// Whether the transport checksum of `pkt` (with its pseudo-header) verifies: the payload of
+/// its IP header, up to the declared length, summed with the addresses, the protocol and that
+/// length.
+pub(crate) fn checksum_valid(pkt: &[u8]) -> bool {
+    let Ok(ip) = IpPacket::parse(pkt) else {
         return false;
-    }
+    };
+    let Ok(l4) = ip.payload() else {
+        return false;
+    };
+    let Ok(transport_len) = u16::try_from(l4.len()) else {
+        return false;
+    };
     let psum = pseudo_header_no_fold(
-        proto,
-        &pkt[at..at + n],
-        &pkt[at + n..at + 2 * n],
-        (pkt.len() - iph) as u16,
+        ip.protocol(),
+        ip.source_bytes(),
+        ip.destination_bytes(),
+        transport_len,
     );
-    !checksum(&pkt[iph..], psum) == 0
+    !checksum(l4, psum) == 0
 }
 
 fn invalid(msg: &'static str) -> io::Error {

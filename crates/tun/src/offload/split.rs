@@ -9,10 +9,15 @@
 
 use std::io;
 
+use vpn_packet::ip;
+use vpn_packet::tcp::{
+    TcpError, TcpHeader, TcpHeaderMut, FIN as TCP_FLAG_FIN, PSH as TCP_FLAG_PSH,
+};
+use vpn_packet::udp::UDP_HEADER_LEN;
+
 use super::checksum::checksum;
 use super::{
-    be16, put16, VirtioHdr, TCP_FLAGS_OFFSET, TCP_FLAG_FIN, TCP_FLAG_PSH, UDP_HEADER_LEN,
-    VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_NONE,
+    VirtioHdr, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_NONE,
     VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6, VIRTIO_NET_HDR_GSO_UDP_L4,
     VIRTIO_NET_HDR_LEN,
 };
@@ -45,7 +50,7 @@ enum Layout {
 fn layout(frame: &[u8]) -> io::Result<(VirtioHdr, Layout)> {
     let hdr =
         VirtioHdr::decode(frame).ok_or_else(|| invalid("frame shorter than virtio header"))?;
-    let pkt = &frame[VIRTIO_NET_HDR_LEN..];
+    let pkt = frame.get(VIRTIO_NET_HDR_LEN..).unwrap_or_default();
     if pkt.is_empty() {
         return Err(invalid("empty packet after virtio header"));
     }
@@ -56,9 +61,9 @@ fn layout(frame: &[u8]) -> io::Result<(VirtioHdr, Layout)> {
     if hdr.gso_size == 0 {
         return Err(invalid("GSO frame with gso_size 0"));
     }
-    let v6 = match pkt[0] >> 4 {
-        4 => false,
-        6 => true,
+    let v6 = match ip::version(pkt) {
+        Ok(4) => false,
+        Ok(6) => true,
         _ => return Err(invalid("GSO frame is not IPv4 or IPv6")),
     };
     let base = hdr.gso_type & !VIRTIO_NET_HDR_GSO_ECN;
@@ -72,13 +77,14 @@ fn layout(frame: &[u8]) -> io::Result<(VirtioHdr, Layout)> {
     // hdr_len is not trusted: on forwarded traffic it can cover the whole first packet.
     let csum_start = usize::from(hdr.csum_start);
     let hdr_len = if tcp {
-        let doff = *pkt
-            .get(csum_start + 12)
-            .ok_or_else(|| invalid("GSO packet shorter than its TCP header"))?;
-        let tcph_len = usize::from(doff >> 4) * 4;
-        if !(20..=60).contains(&tcph_len) {
-            return Err(invalid("TCP header length outside 20..=60"));
-        }
+        let segment = pkt.get(csum_start..).unwrap_or_default();
+        let tcph_len = match TcpHeader::parse(segment) {
+            Ok(tcp) => tcp.header_len(),
+            Err(TcpError::BadHeaderLength { .. }) => {
+                return Err(invalid("TCP header length outside 20..=60"))
+            }
+            Err(_) => return Err(invalid("GSO packet shorter than its TCP header")),
+        };
         csum_start + tcph_len
     } else {
         csum_start + UDP_HEADER_LEN
@@ -125,11 +131,7 @@ pub fn finish_single_in_place(frame: &mut [u8]) -> io::Result<Option<usize>> {
 /// Completes a single packet's checksum if its header asks for it.
 fn finish_single(hdr: &VirtioHdr, needs_csum: bool, pkt: &mut [u8]) -> io::Result<()> {
     if needs_csum {
-        complete_checksum(
-            pkt,
-            usize::from(hdr.csum_start),
-            usize::from(hdr.csum_offset),
-        )?;
+        complete_checksum(hdr, pkt)?;
     }
     Ok(())
 }
@@ -178,7 +180,11 @@ pub fn split_frame<B: AsRef<[u8]> + AsMut<[u8]>>(
         // Keep the segments that fit; none of them is the last, so FIN and PSH go.
         len = hdr_len + bufs.len() * gso;
         if tcp {
-            pkt[csum_start + TCP_FLAGS_OFFSET] &= !(TCP_FLAG_FIN | TCP_FLAG_PSH);
+            // layout() found the TCP header at csum_start.
+            let segment = pkt.get_mut(csum_start..).unwrap_or_default();
+            if let Ok(mut th) = TcpHeaderMut::parse(segment) {
+                th.set_flags(th.flags() & !(TCP_FLAG_FIN | TCP_FLAG_PSH));
+            }
         }
     }
     // layout() checked that hdr_len fits a u16.
@@ -238,17 +244,16 @@ fn segment<B>(
     ))
 }
 
-/// Completes a CHECKSUM_PARTIAL packet: the field at `start + off` holds the pseudo-header sum;
-/// replace it with the full checksum over `pkt[start..]`.
-fn complete_checksum(pkt: &mut [u8], start: usize, off: usize) -> io::Result<()> {
-    let at = start + off;
-    if at + 2 > pkt.len() {
-        return Err(invalid("checksum field outside the packet"));
-    }
-    let seed = u64::from(be16(pkt, at));
-    put16(pkt, at, 0);
-    let c = !checksum(&pkt[start..], seed);
-    put16(pkt, at, c);
+/// Completes a CHECKSUM_PARTIAL packet: the field the header points at holds the
+/// pseudo-header sum; replace it with the full checksum over the bytes from `csum_start`.
+fn complete_checksum(hdr: &VirtioHdr, pkt: &mut [u8]) -> io::Result<()> {
+    let mut field = hdr
+        .partial_checksum(pkt)
+        .ok_or_else(|| invalid("checksum field outside the packet"))?;
+    let seed = u64::from(field.get());
+    field.set(0);
+    let c = !checksum(field.covered(), seed);
+    field.set(c);
     Ok(())
 }
 

@@ -1,11 +1,13 @@
 //! Packet builders for the offload tests: valid IPv4/IPv6 TCP/UDP packets with correct
 //! checksums, plus the mutations wireguard-go's `handleGRO` table cases use.
 
-use super::checksum::{checksum, pseudo_header_no_fold};
-use super::{put16, IPPROTO_TCP, IPPROTO_UDP, TCP_FLAGS_OFFSET, TCP_FLAG_ACK};
+use vpn_packet::ip::{IpPacket, IpPacketMut, PROTOCOL_TCP, PROTOCOL_UDP};
+use vpn_packet::tcp::{TcpHeader, TcpHeaderMut};
+use vpn_packet::udp::UdpHeaderMut;
 
-pub(crate) const ACK: u8 = TCP_FLAG_ACK;
-pub(crate) const PSH: u8 = super::TCP_FLAG_PSH;
+use super::checksum::{checksum, checksum_no_fold, pseudo_header_no_fold};
+
+pub(crate) use vpn_packet::tcp::{ACK, PSH};
 
 /// An address and port; 4- or 16-byte address.
 #[derive(Clone, Copy)]
@@ -66,7 +68,7 @@ pub(crate) fn stream_byte(i: u32) -> u8 {
 /// A TCP packet (ACK number 1, 20-byte header) carrying stream bytes `seq..seq+len`.
 pub(crate) fn tcp(src: Ep, dst: Ep, flags: u8, len: usize, seq: u32) -> Vec<u8> {
     let mut p = Vec::with_capacity(60 + len);
-    ip_header(src, dst, IPPROTO_TCP, 20 + len, &mut p);
+    ip_header(src, dst, PROTOCOL_TCP, 20 + len, &mut p);
     p.extend_from_slice(&src.port.to_be_bytes());
     p.extend_from_slice(&dst.port.to_be_bytes());
     p.extend_from_slice(&seq.to_be_bytes());
@@ -80,7 +82,7 @@ pub(crate) fn tcp(src: Ep, dst: Ep, flags: u8, len: usize, seq: u32) -> Vec<u8> 
 /// A UDP datagram with `len` payload bytes.
 pub(crate) fn udp(src: Ep, dst: Ep, len: usize) -> Vec<u8> {
     let mut p = Vec::with_capacity(48 + len);
-    ip_header(src, dst, IPPROTO_UDP, 8 + len, &mut p);
+    ip_header(src, dst, PROTOCOL_UDP, 8 + len, &mut p);
     p.extend_from_slice(&src.port.to_be_bytes());
     p.extend_from_slice(&dst.port.to_be_bytes());
     p.extend_from_slice(&((8 + len) as u16).to_be_bytes());
@@ -90,43 +92,71 @@ pub(crate) fn udp(src: Ep, dst: Ep, len: usize) -> Vec<u8> {
     p
 }
 
-fn layout(p: &[u8]) -> (bool, usize, u8) {
-    if p[0] >> 4 == 6 {
-        (true, 40, p[6])
-    } else {
-        (false, usize::from(p[0] & 0x0f) * 4, p[9])
+/// Recomputes the IPv4 header checksum and the full TCP/UDP checksum.
+pub(crate) fn fix_checksums(p: &mut [u8]) {
+    let mut ip = IpPacketMut::parse(p).expect("an IP test packet");
+    if let IpPacketMut::V4(ip) = &mut ip {
+        ip.set_header_checksum(0);
+        let sum = checksum_no_fold(ip.header(), 0);
+        let c = !checksum(ip.options().expect("options in the packet"), sum);
+        ip.set_header_checksum(c);
+    }
+    let proto = ip.protocol();
+    let (src, dst) = (ip.source_bytes().to_vec(), ip.destination_bytes().to_vec());
+    let l4 = ip.into_payload().expect("the declared length");
+    set_transport_checksum(proto, l4, 0);
+    let psum = pseudo_header_no_fold(proto, &src, &dst, l4.len() as u16);
+    let mut c = !checksum(l4, psum);
+    if proto == PROTOCOL_UDP && c == 0 {
+        c = 0xffff;
+    }
+    set_transport_checksum(proto, l4, c);
+}
+
+/// Stores `c` in the TCP or UDP checksum field of `l4`.
+fn set_transport_checksum(proto: u8, l4: &mut [u8], c: u16) {
+    match proto {
+        PROTOCOL_TCP => TcpHeaderMut::parse(l4)
+            .expect("a TCP header")
+            .set_checksum(c),
+        _ => UdpHeaderMut::parse(l4)
+            .expect("a UDP header")
+            .set_checksum(c),
     }
 }
 
-/// Recomputes the IPv4 header checksum and the full TCP/UDP checksum.
-pub(crate) fn fix_checksums(p: &mut [u8]) {
-    let (v6, iph, proto) = layout(p);
-    let (at, n) = if v6 { (8, 16) } else { (12, 4) };
-    if !v6 {
-        put16(p, 10, 0);
-        let c = !checksum(&p[..iph], 0);
-        put16(p, 10, c);
-    }
-    let csum_at = iph + if proto == IPPROTO_TCP { 16 } else { 6 };
-    put16(p, csum_at, 0);
-    let psum = pseudo_header_no_fold(
-        proto,
-        &p[at..at + n],
-        &p[at + n..at + 2 * n],
-        (p.len() - iph) as u16,
-    );
-    let mut c = !checksum(&p[iph..], psum);
-    if proto == IPPROTO_UDP && c == 0 {
-        c = 0xffff;
-    }
-    put16(p, csum_at, c);
+/// The transport segment of a test packet, to rewrite.
+pub(crate) fn transport_mut(p: &mut [u8]) -> &mut [u8] {
+    IpPacketMut::parse(p)
+        .and_then(IpPacketMut::into_payload)
+        .expect("an IP test packet")
+}
+
+/// The TCP header of a test packet, to rewrite.
+pub(crate) fn tcp_mut(p: &mut [u8]) -> TcpHeaderMut<'_> {
+    TcpHeaderMut::parse(transport_mut(p)).expect("a TCP test packet")
+}
+
+/// The TCP header of a test packet.
+pub(crate) fn tcp_header(p: &[u8]) -> TcpHeader<'_> {
+    let ip = IpPacket::parse(p).expect("an IP test packet");
+    TcpHeader::parse(ip.payload().expect("the declared length")).expect("a TCP test packet")
 }
 
 /// Corrupts the transport checksum.
 pub(crate) fn flip_transport_checksum(p: &mut [u8]) {
-    let (_, iph, proto) = layout(p);
-    let at = iph + if proto == IPPROTO_TCP { 16 } else { 6 };
-    p[at] ^= 0xff;
+    let proto = IpPacket::parse(p).expect("an IP test packet").protocol();
+    let l4 = transport_mut(p);
+    match proto {
+        PROTOCOL_TCP => {
+            let mut t = TcpHeaderMut::parse(l4).expect("a TCP header");
+            t.set_checksum(t.checksum() ^ 0xff00);
+        }
+        _ => {
+            let mut u = UdpHeaderMut::parse(l4).expect("a UDP header");
+            u.set_checksum(u.checksum() ^ 0xff00);
+        }
+    }
 }
 
 /// Applies `f` to the packet and then repairs its checksums.
@@ -138,17 +168,18 @@ pub(crate) fn with(mut p: Vec<u8>, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
 
 /// The TCP flags byte of a packet.
 pub(crate) fn tcp_flags(p: &[u8]) -> u8 {
-    let (_, iph, _) = layout(p);
-    p[iph + TCP_FLAGS_OFFSET]
+    tcp_header(p).flags()
 }
 
 /// Whether the packet's IPv4 header checksum (if any) and transport checksum verify.
 pub(crate) fn checksums_ok(p: &[u8]) -> bool {
-    let (v6, iph, proto) = layout(p);
-    if !v6 && checksum(&p[..iph], 0) != 0xffff {
-        return false;
+    if let Ok(IpPacket::V4(ip)) = IpPacket::parse(p) {
+        match ip.header_bytes() {
+            Ok(h) if checksum(h, 0) == 0xffff => {}
+            _ => return false,
+        }
     }
-    super::gro::checksum_valid(p, iph as u8, proto, v6)
+    super::gro::checksum_valid(p)
 }
 
 /// Buffers of `room` bytes holding `pkts` at `offset`, with their sizes.

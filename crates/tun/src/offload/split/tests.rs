@@ -4,14 +4,14 @@
 use super::*;
 use crate::offload::gro::GroTable;
 use crate::offload::testpkt::*;
-use crate::offload::{be32, IPPROTO_TCP};
+use vpn_packet::ip::{IpPacket, Ipv4Packet, Ipv4PacketMut, Ipv6Packet, PROTOCOL_TCP};
+use vpn_packet::udp::UdpHeader;
 
 const OFF: usize = 16;
 
 fn gso_frame(pkt: &[u8], gso_type: u8, gso_size: u16) -> Vec<u8> {
-    let v6 = pkt[0] >> 4 == 6;
-    let iph = if v6 { 40 } else { 20 };
-    let proto = if v6 { pkt[6] } else { pkt[9] };
+    let ip = IpPacket::parse(pkt).unwrap();
+    let (iph, proto) = (ip.header_len(), ip.protocol());
     let hdr = VirtioHdr {
         flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
         gso_type,
@@ -19,7 +19,7 @@ fn gso_frame(pkt: &[u8], gso_type: u8, gso_size: u16) -> Vec<u8> {
         hdr_len: pkt.len() as u16,
         gso_size,
         csum_start: iph as u16,
-        csum_offset: if proto == IPPROTO_TCP { 16 } else { 6 },
+        csum_offset: if proto == PROTOCOL_TCP { 16 } else { 6 },
     };
     let mut f = vec![0u8; VIRTIO_NET_HDR_LEN];
     assert!(hdr.encode(&mut f));
@@ -56,11 +56,18 @@ fn tcp4_super_packet_splits_with_fixed_headers() {
         let want_len = if i < 2 { 1000 } else { 500 };
         assert_eq!(p.len(), 40 + want_len);
         assert!(checksums_ok(p), "segment {i} checksums");
-        assert_eq!(be16(p, 2) as usize, p.len());
-        assert_eq!(be16(p, 4), i as u16, "IPv4 ID advances per segment");
-        let seq = be32(p, 24);
+        let ip = Ipv4Packet::parse(p).unwrap();
+        assert_eq!(usize::from(ip.total_len()), p.len());
+        assert_eq!(
+            ip.identification(),
+            i as u16,
+            "IPv4 ID advances per segment"
+        );
+        let th = tcp_header(p);
+        let seq = th.seq();
         assert_eq!(seq, 7 + 1000 * i as u32);
-        assert!(p[40..]
+        assert!(th
+            .payload()
             .iter()
             .enumerate()
             .all(|(k, b)| *b == stream_byte(seq + k as u32)));
@@ -73,9 +80,8 @@ fn tcp6_udp4_udp6_split() {
     let big = tcp(A6, B6, ACK, 3000, 1);
     let (s, pkts) = split_ok(&mut gso_frame(&big, VIRTIO_NET_HDR_GSO_TCPV6, 1440), 8);
     assert_eq!(s.packets, 3);
-    assert!(pkts
-        .iter()
-        .all(|p| checksums_ok(p) && usize::from(be16(p, 4)) == p.len() - 40));
+    assert!(pkts.iter().all(|p| checksums_ok(p)
+        && usize::from(Ipv6Packet::parse(p).unwrap().payload_len()) == p.len() - 40));
 
     for (src, dst, iph) in [(A4, B4, 20usize), (A6, B6, 40)] {
         let big = udp(src, dst, 3000);
@@ -84,7 +90,9 @@ fn tcp6_udp4_udp6_split() {
         for (i, p) in pkts.iter().enumerate() {
             let want = if i < 2 { 1200 } else { 600 };
             assert_eq!(p.len(), iph + 8 + want);
-            assert_eq!(usize::from(be16(p, iph + 4)), 8 + want, "UDP length");
+            let l4 = IpPacket::parse(p).unwrap().payload().unwrap();
+            let udp = UdpHeader::parse(l4).unwrap();
+            assert_eq!(usize::from(udp.length()), 8 + want, "UDP length");
             assert!(checksums_ok(p));
         }
     }
@@ -112,9 +120,10 @@ fn too_many_segments_fills_every_buffer_and_reports_it() {
 fn partial_checksum_is_completed_for_plain_packets() {
     let mut p = tcp(A4, B4, ACK, 300, 1);
     // What the kernel hands over for CHECKSUM_PARTIAL: the folded pseudo-header sum.
-    let psum =
-        crate::offload::checksum::pseudo_header_no_fold(IPPROTO_TCP, &p[12..16], &p[16..20], 320);
-    put16(&mut p, 36, checksum(&[], psum));
+    let ip = Ipv4Packet::parse(&p).unwrap();
+    let (src, dst) = (*ip.source_bytes(), *ip.destination_bytes());
+    let psum = crate::offload::checksum::pseudo_header_no_fold(PROTOCOL_TCP, &src, &dst, 320);
+    tcp_mut(&mut p).set_checksum(checksum(&[], psum));
     let hdr = VirtioHdr {
         flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
         csum_start: 20,
@@ -140,34 +149,38 @@ fn partial_checksum_is_completed_for_plain_packets() {
 fn malformed_frames_are_errors() {
     let good = gso_frame(&tcp(A4, B4, ACK, 2000, 1), VIRTIO_NET_HDR_GSO_TCPV4, 1000);
     type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+    // A change to the frame's virtio header.
+    fn virtio(change: impl Fn(&mut VirtioHdr) + 'static) -> Mutation {
+        Box::new(move |f| {
+            let mut h = VirtioHdr::decode(f).unwrap();
+            change(&mut h);
+            assert!(h.encode(f));
+        })
+    }
     let mutations: Vec<(&str, Mutation)> = vec![
         ("short", Box::new(|f| f.truncate(5))),
         ("empty packet", Box::new(|f| f.truncate(10))),
-        ("gso size 0", Box::new(|f| f[4..6].fill(0))),
+        ("gso size 0", virtio(|h| h.gso_size = 0)),
         (
             "v6 type on v4",
-            Box::new(|f| f[1] = VIRTIO_NET_HDR_GSO_TCPV6),
+            virtio(|h| h.gso_type = VIRTIO_NET_HDR_GSO_TCPV6),
         ),
-        ("unknown type", Box::new(|f| f[1] = 3)),
+        ("unknown type", virtio(|h| h.gso_type = 3)),
         (
             "udp with ecn",
-            Box::new(|f| f[1] = VIRTIO_NET_HDR_GSO_UDP_L4 | VIRTIO_NET_HDR_GSO_ECN),
+            virtio(|h| h.gso_type = VIRTIO_NET_HDR_GSO_UDP_L4 | VIRTIO_NET_HDR_GSO_ECN),
         ),
+        // Headers no view writes (a version that is not IP, a data offset below 5 words): the
+        // bytes, by hand.
         ("bad version", Box::new(|f| f[10] = 0x55)),
         ("bad data offset", Box::new(|f| f[10 + 32] = 0x10)),
-        (
-            "csum start past end",
-            Box::new(|f| f[6..8].copy_from_slice(&5000u16.to_ne_bytes())),
-        ),
-        (
-            "csum offset wrong",
-            Box::new(|f| f[8..10].copy_from_slice(&6u16.to_ne_bytes())),
-        ),
+        ("csum start past end", virtio(|h| h.csum_start = 5000)),
+        ("csum offset wrong", virtio(|h| h.csum_offset = 6)),
         (
             "plain csum outside",
-            Box::new(|f| {
-                f[1] = 0;
-                f[8..10].copy_from_slice(&u16::MAX.to_ne_bytes())
+            virtio(|h| {
+                h.gso_type = VIRTIO_NET_HDR_GSO_NONE;
+                h.csum_offset = u16::MAX;
             }),
         ),
     ];
@@ -238,7 +251,9 @@ fn gro_then_split_round_trips() {
             let flags = if i == n - 1 { ACK | PSH } else { ACK };
             pkts.push(with(tcp(src, dst, flags, len, seq), |p| {
                 if !v6 {
-                    put16(p, 4, i as u16);
+                    Ipv4PacketMut::parse(p)
+                        .unwrap()
+                        .set_identification(i as u16);
                 }
             }));
             seq = seq.wrapping_add(len as u32);
