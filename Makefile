@@ -68,7 +68,7 @@ darwin-tools:
 darwin: darwin-tools
 	bash scripts/darwin-link.sh
 
-check-darwin: darwin-tools
+check-darwin: darwin-tools ios-tools
 	bash scripts/check-darwin.sh
 
 # The C ABI (crates/ffi) as static and dynamic libraries for both darwin targets, linked with
