@@ -114,19 +114,7 @@ impl Tunnel {
             return Err(TurnOnError::Config(e));
         }
         device.disable_some_roaming_for_broken_mobile_semantics();
-        let uapi = cfg
-            .socket_dir
-            .as_deref()
-            .and_then(|dir| match UapiListener::bind(dir, name) {
-                Ok(l) => Some(l.serve(device.clone())),
-                Err(e) => {
-                    tracing::error!(device = %name, "UAPI socket in {}: {e}", dir.display());
-                    None
-                }
-            });
-        if uapi.is_none() && cfg.socket_dir.is_none() {
-            tracing::warn!(device = %name, "no UAPI socket: no directory for it ({})", crate::settings::SOCKET_DIR_VAR);
-        }
+        let uapi = serve_uapi(name, cfg, &device);
         let t = Tunnel {
             device,
             #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -164,6 +152,22 @@ impl Tunnel {
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     pub fn socket_fd(&self, _v6: bool) -> Option<RawFd> {
         None
+    }
+}
+
+/// The UAPI socket `<dir>/<name>.sock` served for `device`, or `None` (logged, as the Go
+/// library logs it) when there is no directory or the socket cannot be opened.
+fn serve_uapi(name: &str, cfg: &Settings, device: &Arc<Device>) -> Option<vpn_uapi::UapiServer> {
+    let Some(dir) = cfg.socket_dir.as_deref() else {
+        tracing::warn!(device = %name, "no UAPI socket: no directory for it ({})", crate::settings::SOCKET_DIR_VAR);
+        return None;
+    };
+    match UapiListener::bind(dir, name) {
+        Ok(l) => Some(l.serve(device.clone())),
+        Err(e) => {
+            tracing::error!(device = %name, "UAPI socket in {}: {e}", dir.display());
+            None
+        }
     }
 }
 
