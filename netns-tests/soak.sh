@@ -73,6 +73,14 @@ event() { echo "$(awk -v t0="$T0" -v now="$(date +%s.%N)" 'BEGIN { printf "%.1f"
 wait_for "n $B ss -ltn | grep -q ':5203 '" 5
 (exec timeout $((SECS + 30)) ip netns exec "$(ns "$A")" iperf3 --json -c 100.64.0.2 -p 5201 -t "$SECS" -b "$TCP_RATE" -i 1 >"$OUT/tcp.json" 2>&1) &
 TCP_PID=$!; track_pid "$TCP_PID"
+# TCP's retransmission timer on A each second (the report shows it around a stall): the data
+# connection's line (the control connection to the same port carries a few bytes).
+(exec timeout $((SECS + 5)) ip netns exec "$(ns "$A")" bash -c '
+    t0=$1; while :; do
+        printf "%s %s\n" "$(awk -v t0="$t0" -v now="$(date +%s.%N)" "BEGIN { printf \"%.1f\", now - t0 }")" \
+            "$(ss -tin dst 100.64.0.2:5201 | grep -E "bytes_acked:[0-9]{7,}" | head -1 | grep -o -E "\b(rto|backoff|retrans):[0-9./]+" | tr "\n" " ")"
+        sleep 1
+    done' _ "$T0" >"$OUT/tcp_backoff.log" 2>&1) & track_pid $!
 (exec timeout $((SECS + 30)) ip netns exec "$(ns "$A")" iperf3 --json -c 100.64.0.2 -p 5202 -u -t "$SECS" -b "$UDP_RATE" -l 1200 -w 1M -i 10 >"$OUT/udp.json" 2>&1) &
 UDP_PID=$!; track_pid "$UDP_PID"
 (exec timeout $((SECS + 30)) ip netns exec "$(ns "$A")" ping -D -O -i 0.2 -W 1 -w "$SECS" 100.64.0.2 >"$OUT/ping.log" 2>&1) &

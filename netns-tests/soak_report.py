@@ -13,6 +13,9 @@ Checks, each PASS or FAIL, then "soak: N passed, N failed":
 - outside the flood windows the TCP flow never stalls (an iperf3 interval under 1 % of its
   rate) for longer than 5 s, REKEY_TIMEOUT: a rekey that needed a retry (the longest stall
   inside a flood, which starves it on purpose, is printed); and it ran to the end;
+- a stall that began in a flood (TCP loses every segment there and backs its retransmission
+  timer off) ends within that backoff: it outlasts a flood window it spent d s in by at most
+  3d + 5 s (the first two retransmissions after the flood lost to its tail draining);
 - no ping lost outside the flood windows (each widened by 1 s before and 3 s after) and the
   1 s around each roam (a reply in flight to the port just closed);
 - a pause of the whole machine (a gap of 3 s or more in ping's own output: no process ran) is
@@ -71,6 +74,24 @@ def read_events(out):
         floods.append((start, start + 10))
     roams = [t for t, e in events if e.startswith("roam")]
     return t0, floods, roams, events
+
+
+def backoff_trace(out, a, b):
+    """tcp_backoff.log's samples from a to b s where the timer changed, as "t s: rto ms
+    (backoff n)"."""
+    trace = []
+    try:
+        for line in open(os.path.join(out, "tcp_backoff.log")):
+            parts = line.split()
+            if not parts or not a <= float(parts[0]) <= b:
+                continue
+            f = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
+            state = f"{f.get('rto', '?')} ms" + (f" (backoff {f['backoff']})" if "backoff" in f else "")
+            if not trace or trace[-1][1] != state:
+                trace.append((float(parts[0]), state))
+    except (OSError, ValueError):
+        return "(no tcp_backoff.log)"
+    return "; ".join(f"{t:.0f} s: {state}" for t, state in trace) or "(no samples)"
 
 
 def in_windows(t, windows):
@@ -172,29 +193,59 @@ def main():
         iv, err = [], f"unreadable iperf3 output ({e})"
     rate = 100e6
 
-    def longest_stall(intervals):
-        longest, run, at, prev = 0, 0, None, None
+    def stall_runs(intervals):
+        """(start, seconds) of each run of stalled 1-s intervals (a gap over 2.5 s, a skipped
+        pause, ends a run)."""
+        runs, prev = [], None
         for start, bps in intervals:
-            if bps < STALL_FRACTION * rate and prev is not None and start - prev < 2.5:
-                run += 1
-            elif bps < STALL_FRACTION * rate:
-                run = 1
+            if bps >= STALL_FRACTION * rate:
+                prev = None
+                continue
+            if prev is not None and start - prev < 2.5:
+                runs[-1][1] += 1
             else:
-                run = 0
+                runs.append([start, 1])
             prev = start
-            if run > longest:
-                longest, at = run, start - run + 1
-        return longest, at
+        return runs
 
-    longest, worst_at = longest_stall(
-        [(a, b) for a, b in iv if not in_windows(a, wide_floods) and not in_windows(a, paused)])
-    in_flood, _ = longest_stall([(a, b) for a, b in iv if in_windows(a, wide_floods)])
+    def window_of(t):
+        return next((w for w in wide_floods if w[0] <= t <= w[1]), None)
+
+    # A stall that begins in a flood is the flood's: the sender's TUN queue is full of the
+    # flood's datagrams, so TCP loses every segment and doubles its retransmission timeout on
+    # each loss. After an outage of d seconds the timer stands at about d, so the first
+    # retransmission after the flood comes up to d later; if the flood's tail, still draining
+    # through the receiver, takes that one and the next, the stall outlasts the window by d + 2d.
+    # Such a stall may outlast its window by 3d + STALL_MAX_SECS (tcp_backoff.log, A's
+    # retransmission timer each second, shows the doublings). A stall that begins outside a
+    # flood gets STALL_MAX_SECS.
+    runs = stall_runs([(a, b) for a, b in iv if not in_windows(a, paused)])
+    longest, worst_at, in_flood, tail, tail_at, tail_ok = 0, None, 0, 0, None, True
+    for start, secs_stalled in runs:
+        w = window_of(start)
+        if w is None:
+            if secs_stalled > longest:
+                longest, worst_at = secs_stalled, start
+            continue
+        inside = max(1.0, min(secs_stalled, w[1] - start))
+        after = max(0.0, start + secs_stalled - w[1])
+        in_flood = max(in_flood, round(inside))
+        if after > tail:
+            tail, tail_at = after, w
+        tail_ok = tail_ok and after <= 3 * inside + STALL_MAX_SECS
     ran = len(iv)
     check(not err and ran >= secs - 3,
           f"TCP ran to the end ({ran:.0f} of {secs:.0f} s{'; ' + err if err else ''})")
     check(longest <= STALL_MAX_SECS,
           f"TCP never stalled longer than {STALL_MAX_SECS} s outside the floods (longest: {longest} s"
           + (f" from {worst_at:.0f} s" if longest else "") + f"; inside a flood: {in_flood} s)")
+    check(tail_ok,
+          "TCP came back from every flood within its retransmission backoff (a stall begun in a "
+          f"flood of d s outlasts it by at most 3d + {STALL_MAX_SECS} s; longest: {tail:.0f} s"
+          + (f" after the flood of {tail_at[0]:.0f} s" if tail_at else "") + ")")
+    if tail_at is not None and tail > STALL_MAX_SECS:
+        print("  TCP's retransmission timer on A from that flood to the end of the stall: "
+              + backoff_trace(out, tail_at[0], tail_at[1] + tail + 1))
     rates = sorted(b for _, b in iv) or [0]
     print(f"  TCP: {len(iv)} 1-s intervals, median {statistics.median(rates) / 1e6:.1f} Mbit/s, "
           f"lowest {rates[0] / 1e6:.1f} Mbit/s")
