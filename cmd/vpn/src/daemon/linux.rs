@@ -104,6 +104,26 @@ pub(crate) fn data_path_options() -> Options {
         )
         // `VPN_DATAGRAM_YIELD=0`: readers do not yield after writing a burst of datagrams.
         .with_datagram_yield(std::env::var("VPN_DATAGRAM_YIELD").map_or(true, |v| v != "0"))
+        // `VPN_CRYPTO_WORKERS=N`: N crypto threads instead of one per CPU the daemon may run on
+        // (N = 1 is the inline path); for the one-core A/B of `make bench`.
+        .with_workers(crypto_workers(
+            std::env::var("VPN_CRYPTO_WORKERS").ok().as_deref(),
+        ))
+}
+
+/// `VPN_CRYPTO_WORKERS`: a thread count from 1 to 64; unset, empty or anything else is 0 (one per
+/// available CPU), with a warning for a value that is not a count.
+fn crypto_workers(v: Option<&str>) -> usize {
+    match v.map(str::trim) {
+        None | Some("") => 0,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n @ 1..=64) => n,
+            _ => {
+                tracing::warn!("VPN_CRYPTO_WORKERS={v:?} is not a count from 1 to 64; ignored");
+                0
+            }
+        },
+    }
 }
 
 /// The TUN, the bind and the device options on Linux, from what [`open_early`] opened.
@@ -158,6 +178,17 @@ mod tests {
     use super::super::write_bind_stats;
     use super::*;
     use vpn_conn::BindStats;
+
+    #[test]
+    fn crypto_workers_from_the_environment() {
+        assert_eq!(crypto_workers(None), 0);
+        assert_eq!(crypto_workers(Some("")), 0);
+        assert_eq!(crypto_workers(Some("1")), 1);
+        assert_eq!(crypto_workers(Some(" 2 ")), 2);
+        for bad in ["0", "65", "-1", "two", "1.5", "99999999999999999999"] {
+            assert_eq!(crypto_workers(Some(bad)), 0, "{bad}");
+        }
+    }
 
     #[test]
     fn tun_and_bind_lines() {
