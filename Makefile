@@ -6,7 +6,7 @@ FUZZ_SECONDS ?= 10
 
 .PHONY: help build demo test netns lint fmt darwin-tools darwin check-darwin ffi-darwin apple \
 	android-tools check-android android ios-tools ffi-ios \
-	bench bench-hub bench-netstack soak bench-android fuzz-smoke netns-connected clean
+	bench bench-hub bench-netstack profile soak bench-android fuzz-smoke netns-connected clean
 
 help:
 	@echo "make demo          (root) a two-peer tunnel in network namespaces carrying 1 GiB"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench         benchmarks (criterion)"
 	@echo "make bench-hub     one device with 100 000 peers: configure, memory, wg show, handshakes/s"
 	@echo "make bench-netstack (root) vpn forward vs onetun 0.3.10 vs the TUN tunnel, same run"
+	@echo "make profile       (root) per-datagram and per-ping costs of vpn and boringtun-cli (perf)"
 	@echo "make bench-android (root) the Android backend from a JVM: throughput and memory per packet-memory budget"
 	@echo "make soak          (root) SOAK_SECONDS (1200) of TCP, UDP and ping through a tunnel under rekeys, churn, roaming"
 	@echo "make fuzz-smoke    every fuzz target for FUZZ_SECONDS seconds"
@@ -117,6 +118,12 @@ bench-hub:
 bench-netstack:
 	$(CARGO) build --release -p vpn-cli
 	bash netns-tests/bench_netstack.sh $${CARGO_TARGET_DIR:-target}/release/vpn
+
+# (root) Where a small packet's time goes, vpn against boringtun-cli (netns-tests/profile.sh;
+# needs perf; figures in docs/performance.md).
+profile:
+	$(CARGO) build --release -p vpn-cli
+	bash netns-tests/profile.sh $${CARGO_TARGET_DIR:-target}/release/vpn
 
 # The Android backend's packet-memory budget: Mbit/s and the JVM's memory per budget.
 bench-android:
