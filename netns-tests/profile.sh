@@ -93,7 +93,7 @@ for impl in $IMPLS; do
 
     # UDP 64 B: counters, then a profile of a second run.
     read -r msA csA scA msB csB scB < <(stat_both udp)
-    pkts="$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]["sum"]; print(e["packets"] - e["lost_packets"])' "$OUT/$impl-udp.json")"
+    pkts="$("$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]["sum"]; print(e["packets"] - e["lost_packets"])' "$OUT/$impl-udp.json")"
     perf record -g -o "$OUT/$impl-udp-A.data" -p "$PIDA" -- sleep "$SECS" >/dev/null 2>&1 & ra=$!
     perf record -g -o "$OUT/$impl-udp-B.data" -p "$PIDB" -- sleep "$SECS" >/dev/null 2>&1 & rb=$!
     udp; wait "$ra" "$rb"

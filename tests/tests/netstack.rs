@@ -524,18 +524,16 @@ fn a_syn_flood_stays_under_the_caps_and_other_connections_keep_moving() {
         // A new connection gets in during the flood, too (its SYN takes the slot of the
         // oldest half-open one; its handshake ends well before that slot comes round again).
         // Dial until one got in, then now and then (a dial can take a SYN retry).
-        let dial = fresh == 0 || echoed % 8 == 0;
-        if let Some(c) = dial
-            .then(|| client.net.dial_tcp_timeout(to, Duration::from_secs(3)).ok())
-            .flatten()
-        {
-            if listener
-                .accept_timeout(Some(Duration::from_secs(3)))
-                .is_ok()
-            {
-                fresh += 1;
+        if fresh == 0 || echoed % 8 == 0 {
+            if let Ok(c) = client.net.dial_tcp_timeout(to, Duration::from_secs(3)) {
+                if listener
+                    .accept_timeout(Some(Duration::from_secs(3)))
+                    .is_ok()
+                {
+                    fresh += 1;
+                }
+                drop(c);
             }
-            drop(c);
         }
         thread::sleep(Duration::from_millis(50));
         let s = server.net.stats();

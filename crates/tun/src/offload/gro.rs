@@ -782,14 +782,10 @@ impl<'a> TcpSegment<'a> {
     }
 }
 
-/// The TCP options of a group's first packet (a candidate, so its headers parse).
+/// The TCP options of a group's first packet (a candidate, so its layout holds).
 #[inline]
 fn tcp_options(pkt: &[u8], v6: bool) -> Option<&[u8]> {
-    let l4 = if v6 {
-        Ipv6Packet::parse(pkt).ok()?.payload().ok()?
-    } else {
-        Ipv4Packet::parse(pkt).ok()?.payload().ok()?
-    };
+    let (_, l4) = ip_layout(pkt, v6)?;
     Some(TcpHeader::parse(l4).ok()?.options())
 }
 
