@@ -889,8 +889,11 @@ mod tests {
         assert!(t.values.iter().all(Option::is_none));
         check_invariants(&t);
         // A scan of every entry per peer would compare PEERS * total (~5 000 000) times, a scan
-        // of the distinct values PEERS per call; the index finds the peer in a few.
-        let bound = 3 * u64::from(PEERS);
+        // of the distinct values PEERS per call; the index finds the peer in a few: three (the
+        // last-slot check, the index lookup, the index removal) and now and then one more where
+        // another key's hash tag collides, which varies with the map's random seed (1499 in most
+        // runs, 1501 in some).
+        let bound = 4 * u64::from(PEERS);
         assert!(
             compares.get() <= bound,
             "{} value comparisons for {} removals of {} prefixes (bound {})",
