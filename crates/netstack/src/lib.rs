@@ -19,6 +19,7 @@ mod icmp;
 mod net;
 mod options;
 mod phy;
+mod send_edge;
 mod signal;
 mod stack;
 mod tcp;

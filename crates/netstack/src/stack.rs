@@ -12,6 +12,7 @@
 
 use crate::options::Options;
 use crate::phy::{Egress, Ingress};
+use crate::send_edge::SendEdges;
 use crate::signal::Signal;
 use parking_lot::{Mutex, MutexGuard};
 use smoltcp::iface::{
@@ -74,6 +75,8 @@ pub(crate) struct State {
     pub(crate) iface: Interface,
     pub(crate) sockets: SocketSet<'static>,
     replies: VecDeque<Vec<u8>>,
+    /// What each connection has sent, so its bare ACKs never claim less.
+    edges: SendEdges,
     entries: HashMap<SocketHandle, Entry>,
     pub(crate) listeners: HashMap<u16, Listener>,
     ports: HashSet<(Proto, u16)>,
@@ -157,6 +160,7 @@ impl Stack {
                 iface,
                 sockets: SocketSet::new(Vec::new()),
                 replies,
+                edges: SendEdges::default(),
                 entries: HashMap::new(),
                 listeners: HashMap::new(),
                 ports: HashSet::new(),
@@ -278,6 +282,7 @@ impl Stack {
                 };
                 if reply.len() <= room.len() {
                     room[..reply.len()].copy_from_slice(&reply);
+                    st_ref.edges.on_send(&mut room[..reply.len()]);
                     sizes[used] = reply.len();
                     used += 1;
                 }
@@ -287,7 +292,13 @@ impl Stack {
                 && st_ref.iface.poll_egress(now, &mut dev, &mut st_ref.sockets)
                     == PollResult::SocketStateChanged
             {}
-            used += dev.used();
+            let made = used..used + dev.used();
+            for (buf, &size) in bufs[made.clone()].iter_mut().zip(&sizes[made.clone()]) {
+                if let Some(packet) = buf.get_mut(offset..offset + size) {
+                    st_ref.edges.on_send(packet);
+                }
+            }
+            used = made.end;
             if used > 0 {
                 st_ref.counters.reads += 1;
                 st_ref.counters.packets_out += used as u64;
@@ -611,6 +622,17 @@ impl State {
         for h in gone {
             self.remove(h);
         }
+        let live: HashSet<_> = self
+            .sockets
+            .iter()
+            .filter_map(|(_, s)| match s {
+                smoltcp::socket::Socket::Tcp(t) => {
+                    Some((t.local_endpoint()?, t.remote_endpoint()?))
+                }
+                _ => None,
+            })
+            .collect();
+        self.edges.retain(|c| live.contains(c));
     }
 }
 
