@@ -8,9 +8,9 @@
 //! and all, and answer with an acknowledgment of its own. When both ends are smoltcp and both
 //! are retransmitting (a transfer each way, losses on both), each end drops the other's
 //! acknowledgments forever: each keeps retransmitting a segment the other already has, and
-//! the connection stalls under exponential backoff (the fault scenario in `tests/` showed it
-//! as a 60-s read timeout). Linux never rewinds: its acknowledgments carry the highest
-//! sequence it has sent.
+//! the connection stalls under exponential backoff (`tests/tests/netstack_wire.rs` sets this
+//! up packet by packet; the loss scenario in `tests/tests/netstack.rs` met it as a 60-s read
+//! timeout). Linux never rewinds: its acknowledgments carry the highest sequence it has sent.
 //!
 //! [`SendEdges`] does what Linux does, from outside smoltcp: it notes the end of every segment
 //! the stack sends, per connection, and lifts the sequence number of a bare acknowledgment
